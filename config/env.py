@@ -1,0 +1,87 @@
+"""Readers for settings that come from environment variables.
+
+Each reader refuses a malformed value at start-up rather than guessing: a typo in
+``COUNTERSIGN_HTTPS`` must not quietly run production without TLS settings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+_RATE = re.compile(r"(?P<count>[1-9][0-9]{0,8})/(?P<period>[smh])", re.ASCII)
+_PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be one of 1/0, true/false, yes/no, on/off")
+
+
+def env_int(name: str, default: int, *, minimum: int, maximum: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    text = raw.strip()
+    if not re.fullmatch(r"[0-9]{1,12}", text, re.ASCII):
+        raise ImproperlyConfigured(f"{name} must be a whole number")
+    value = int(text)
+    if not minimum <= value <= maximum:
+        raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}")
+    return value
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def env_rate(name: str, default: str) -> tuple[int, int] | None:
+    """``N/s``, ``N/m`` or ``N/h`` as (count, window seconds); ``0`` turns the limit off."""
+    text = env_str(name, default).strip()
+    if text == "0":
+        return None
+    match = _RATE.fullmatch(text)
+    if match is None:
+        raise ImproperlyConfigured(f"{name} must look like 600/m (N/s, N/m or N/h) or be 0")
+    return int(match["count"]), _PERIOD_SECONDS[match["period"]]
+
+
+def secret_key(path: Path) -> str:
+    """``SECRET_KEY`` from the environment, else one generated once and kept in ``path``."""
+    configured = os.environ.get("SECRET_KEY")
+    if configured:
+        return configured
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write aside, then link into place: when several workers start at once, exactly one key
+    # wins and nobody ever reads a half-written file.
+    draft = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    draft.write_text(secrets.token_urlsafe(50))
+    draft.chmod(0o600)
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    return path.read_text().strip()
