@@ -1,0 +1,172 @@
+"""Strict JSON for tool arguments.
+
+The value a cap reads, the value an approver sees and the value the tool decodes must be
+the same value, so anything a lenient parser would resolve one way and another parser another
+way (duplicate names, case-variant names, lone surrogates, NaN, trailing data) is refused.
+
+Built on the standard library's C-accelerated decoder with hooks. The two checks it has no
+hook for (nesting depth, lone surrogates inside strings) walk the parsed tree only when a
+cheap scan of the text says they could fail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import NoReturn
+
+from capcore.amounts import JSONNumber
+from capcore.errors import ArgAbsent, ArgsNotStrict
+
+MAX_DEPTH = 64
+
+NOT_BYTES_OR_STR = "the arguments are neither bytes nor text"
+INVALID_UTF8 = "not valid UTF-8"
+BYTE_ORDER_MARK = "a byte-order mark"
+DUPLICATE_NAME = "a duplicate member name"
+CASE_VARIANT_NAMES = "member names that differ only in case"
+LONE_SURROGATE = "a lone surrogate"
+NON_FINITE_NUMBER = "NaN or Infinity"
+TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
+TRAILING_DATA = "data after the value"
+NOT_JSON = "not JSON"
+NOT_AN_OBJECT = "not a JSON object"
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ArgsNotStrict(DUPLICATE_NAME)
+    if len(obj) > 1 and len({name.casefold() for name in obj}) != len(obj):
+        raise ArgsNotStrict(CASE_VARIANT_NAMES)
+    return obj
+
+
+def _refuse_constant(_name: str) -> NoReturn:
+    raise ArgsNotStrict(NON_FINITE_NUMBER)
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_object,
+    parse_float=JSONNumber,
+    parse_int=JSONNumber,
+    parse_constant=_refuse_constant,
+)
+
+
+def _utf8(data: bytes) -> str | None:
+    # UnicodeDecodeError holds the input, so the refusal is raised by the caller, outside
+    # this handler, where it cannot be chained to it.
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _skip_blanks(text: str, position: int) -> int:
+    match = _WHITESPACE.match(text, position)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
+
+
+def _text(data: bytes | str) -> str:
+    if type(data) is str:
+        if not data.isascii() and _SURROGATE.search(data):
+            raise ArgsNotStrict(LONE_SURROGATE)
+        text = data
+    elif type(data) is bytes:
+        decoded = _utf8(data)
+        if decoded is None:
+            raise ArgsNotStrict(INVALID_UTF8)
+        text = decoded
+    else:
+        raise ArgsNotStrict(NOT_BYTES_OR_STR)
+    if text.startswith("\ufeff"):
+        raise ArgsNotStrict(BYTE_ORDER_MARK)
+    return text
+
+
+def _decode(text: str) -> object:
+    failure = None
+    try:
+        value, end = _DECODER.raw_decode(text, _skip_blanks(text, 0))
+    except RecursionError:
+        failure = TOO_DEEP
+    except ValueError:
+        # JSONDecodeError keeps the whole document in .doc: never chain it.
+        failure = NOT_JSON
+    if failure is not None:
+        raise ArgsNotStrict(failure)
+    if _skip_blanks(text, end) != len(text):
+        raise ArgsNotStrict(TRAILING_DATA)
+    return value
+
+
+def _check_tree(value: object, *, depth: bool, surrogates: bool) -> None:
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if type(node) is dict:
+            if depth and level > MAX_DEPTH:
+                raise ArgsNotStrict(TOO_DEEP)
+            for name, member in node.items():
+                if surrogates and _SURROGATE.search(name):
+                    raise ArgsNotStrict(LONE_SURROGATE)
+                stack.append((member, level + 1))
+        elif type(node) is list:
+            if depth and level > MAX_DEPTH:
+                raise ArgsNotStrict(TOO_DEEP)
+            stack.extend((item, level + 1) for item in node)
+        elif surrogates and type(node) is str and _SURROGATE.search(node):
+            raise ArgsNotStrict(LONE_SURROGATE)
+
+
+def strict_loads(data: bytes | str) -> object:
+    """One strict JSON value; numbers come back as ``JSONNumber``. Raises ``ArgsNotStrict``."""
+    text = _text(data)
+    value = _decode(text)
+    # Brackets inside strings count too, so this over-estimates the depth: safe, and cheap.
+    depth = text.count("[") + text.count("{") > MAX_DEPTH
+    # A correct escaped pair decodes to one code point; a lone escape stays a surrogate.
+    surrogates = "\\u" in text and _ESCAPED_SURROGATE.search(text) is not None
+    if depth or surrogates:
+        _check_tree(value, depth=depth, surrogates=surrogates)
+    return value
+
+
+def _is_blank(data: bytes | str) -> bool:
+    if type(data) is bytes:
+        return not data.strip(b" \t\n\r")
+    return not data.strip(" \t\n\r")
+
+
+def parse_arguments(data: bytes | str) -> dict[str, object]:
+    """``strict_loads`` that requires an object; empty or blank input is ``{}``."""
+    if (type(data) is str or type(data) is bytes) and _is_blank(data):
+        return {}
+    value = strict_loads(data)
+    if type(value) is not dict:
+        raise ArgsNotStrict(NOT_AN_OBJECT)
+    return value
+
+
+def lookup(args: bytes | str | dict[str, object], path: Sequence[str]) -> object:
+    """The value at ``path`` (member names, outermost first); ``ArgAbsent`` if it is not there.
+
+    A ``dict`` must be ``parse_arguments`` output; text is parsed (strictly) first.
+    """
+    if not isinstance(path, list | tuple):
+        raise TypeError("path must be a list or tuple of member names")
+    node: object = args if type(args) is dict else parse_arguments(args)  # type: ignore[arg-type]
+    if not path:
+        raise ArgAbsent("empty path")
+    for name in path:
+        if type(node) is not dict or not name or name not in node:
+            raise ArgAbsent("no such member")
+        node = node[name]
+    return node
