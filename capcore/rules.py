@@ -285,9 +285,11 @@ def _parse_money(scan: _Scanner) -> Limit:
         ) from error
     try:
         minor = parse_amount(decimal, Unit.MAJOR, exp)
-    except CapcoreError as error:
+    except FractionDigits as error:
+        raise scan.fail(f"an amount with at most {exp} fraction digits", decimal_start) from error
+    except AmountOverflow as error:
         raise scan.fail(
-            f"an amount with at most {exp} fraction digits that fits 64 bits", decimal_start
+            "an amount that fits a 64-bit count of minor units", decimal_start
         ) from error
     return Limit(code, exp, minor)
 
