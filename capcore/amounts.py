@@ -17,6 +17,7 @@ INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 # 2**63 has 19 digits: an integer part longer than this cannot fit whatever the exponent.
 _MAX_INTEGER_DIGITS = 19
+_POWERS_OF_TEN: tuple[int, ...] = tuple(10**digits for digits in range(19))
 
 
 class Unit(enum.Enum):
@@ -56,9 +57,9 @@ def _scale(negative: bool, integer: bytes, fraction: bytes, digits_allowed: int,
         raise FractionDigits("more fraction digits than the currency allows")
     if len(integer) > _MAX_INTEGER_DIGITS:
         raise AmountOverflow("does not fit a signed 64-bit count of minor units")
-    magnitude = int(integer) * 10**exp + (
-        int(fraction) * 10 ** (exp - len(fraction)) if fraction else 0
-    )
+    magnitude = int(integer) * _POWERS_OF_TEN[exp]
+    if fraction:
+        magnitude += int(fraction) * _POWERS_OF_TEN[exp - len(fraction)]
     value = -magnitude if negative else magnitude
     if not INT64_MIN <= value <= INT64_MAX:
         raise AmountOverflow("does not fit a signed 64-bit count of minor units")
@@ -107,7 +108,7 @@ def format_amount(minor: int, exp: int, *, grouping: bool = False) -> str:
     """A count of minor units as decimal text with exactly ``exp`` fraction digits."""
     check_exponent(exp)
     sign = "-" if minor < 0 else ""
-    integer, fraction = divmod(abs(minor), 10**exp)
+    integer, fraction = divmod(abs(minor), _POWERS_OF_TEN[exp])
     integer_text = f"{integer:,}" if grouping else str(integer)
     if exp == 0:
         return f"{sign}{integer_text}"

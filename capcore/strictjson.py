@@ -140,7 +140,7 @@ def strict_loads(data: bytes | str) -> object:
 
 
 def _is_blank(data: bytes | str) -> bool:
-    if type(data) is bytes:
+    if isinstance(data, bytes):
         return not data.strip(b" \t\n\r")
     return not data.strip(" \t\n\r")
 
