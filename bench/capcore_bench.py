@@ -1,0 +1,174 @@
+"""capcore benchmarks; prints one JSON object on its last line.
+
+Figures are compared as ratios within one run (these machines are noisy):
+- strict read (parse_arguments + lookup + assess) of a ~1 KiB argument document against plain
+  json.loads of the same bytes (target: ratio <= 2.0);
+- one call evaluated against 100 cap rules of which 10 apply (target: <= 200 us per call);
+- parse_rules of 1,000 lines (target: <= 100 ms);
+- refusing a 1,000,000-digit amount (target: well under 1 ms).
+
+Usage: python bench/capcore_bench.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import timeit
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import capcore
+from capcore import (
+    CallRequest,
+    NotAssessable,
+    PolicyState,
+    Unit,
+    assess,
+    call_evaluate,
+    call_ledgers,
+    lookup,
+    parse_amount,
+    parse_arguments,
+    parse_rules,
+)
+
+
+def _seconds_per_call(function: Callable[[], object], repeat: int) -> float:
+    """The median over ``repeat`` rounds of the time per call, each round about 0.1 s."""
+    timer = timeit.Timer(function)
+    number, _ = timer.autorange()
+    return statistics.median(t / number for t in timer.repeat(repeat=repeat, number=number))
+
+
+def _argument_document() -> bytes:
+    document = {
+        "amount": {"value": "1250.00", "currency": "USD"},
+        "payee": {
+            "name": "Ada Lovelace",
+            "email": "ada@example.com",
+            "iban": "GB33BUKB20201555555555",
+        },
+        "memo": "Invoice 2026-11 for consulting services rendered in November, net 30 days.",
+        "lines": [
+            {
+                "sku": f"SKU-{i:04d}",
+                "quantity": i + 1,
+                "unit_price": f"{10 + i}.50",
+                "taxable": i % 2 == 0,
+            }
+            for i in range(7)
+        ],
+        "metadata": {
+            "run": "run-7",
+            "attempt": 1,
+            "tags": ["finance", "monthly", "approved-vendor"],
+        },
+    }
+    return json.dumps(document).encode()
+
+
+def bench_strict_read(repeat: int) -> dict[str, float]:
+    data = _argument_document()
+
+    def strict() -> int:
+        arguments = parse_arguments(data)
+        return assess(lookup(arguments, ("amount", "value")), Unit.MAJOR, 2)
+
+    plain = _seconds_per_call(lambda: json.loads(data), repeat)
+    strict_time = _seconds_per_call(strict, repeat)
+    return {
+        "document_bytes": len(data),
+        "json_loads_us": plain * 1e6,
+        "strict_read_us": strict_time * 1e6,
+        "ratio": strict_time / plain,
+    }
+
+
+def _rules_text(count: int, applying: int) -> str:
+    lines = []
+    for i in range(count):
+        tool = "pay" if i < applying else f"tool_{i}"
+        if i % 2:
+            lines.append(
+                f"sum-{i}: {tool},refund arg=amount sum USD {1000 + i}.00 per day by principal -> gate"
+            )
+        else:
+            lines.append(f"max-{i}: {tool},wire arg=amount max USD {500 + i}.00 -> gate finance")
+    return "\n".join(lines)
+
+
+def bench_evaluate(repeat: int) -> dict[str, float]:
+    rules = parse_rules(_rules_text(100, 10))
+    request = CallRequest(
+        tool="pay", arguments_text='{"amount": "125.00", "payee": "ada"}', principal="u-1"
+    )
+    spent = dict.fromkeys(call_ledgers(request, rules), 50_000)
+    state = PolicyState(
+        now=datetime(2026, 11, 30, 12, tzinfo=UTC),
+        mode="workspace_write",
+        cap_rules=rules,
+        spent=spent,
+    )
+    evaluation = call_evaluate(request, state)
+    assert evaluation.error is None, evaluation.error
+    per_call = _seconds_per_call(lambda: call_evaluate(request, state), repeat)
+    with_ledgers = _seconds_per_call(
+        lambda: (call_ledgers(request, rules), call_evaluate(request, state)), repeat
+    )
+    return {
+        "rules": 100,
+        "applicable": 10,
+        "evaluate_us": per_call * 1e6,
+        "ledgers_and_evaluate_us": with_ledgers * 1e6,
+    }
+
+
+def bench_parse_rules(repeat: int) -> dict[str, float]:
+    text = _rules_text(1000, 0)
+    return {"lines": 1000, "parse_ms": _seconds_per_call(lambda: parse_rules(text), repeat) * 1e3}
+
+
+def bench_huge_amount(repeat: int) -> dict[str, float]:
+    digits = "1" * 1_000_000
+
+    def refuse() -> None:
+        try:
+            parse_amount(digits, Unit.MAJOR, 2)
+        except NotAssessable:
+            return
+        raise AssertionError("a million digits were accepted")
+
+    return {"digits": len(digits), "refuse_us": _seconds_per_call(refuse, repeat) * 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeat", type=int, default=7, help="timing rounds per figure (median)")
+    options = parser.parse_args()
+    strict = bench_strict_read(options.repeat)
+    evaluate = bench_evaluate(options.repeat)
+    parse = bench_parse_rules(options.repeat)
+    huge = bench_huge_amount(options.repeat)
+    result = {
+        "benchmark": "capcore",
+        "capcore": capcore.__name__,
+        "strict_read": strict,
+        "evaluate": evaluate,
+        "parse_rules": parse,
+        "huge_amount": huge,
+        "targets_met": {
+            "strict_read_ratio_le_2": strict["ratio"] <= 2.0,
+            "evaluate_le_200us": evaluate["evaluate_us"] <= 200,
+            "parse_1000_rules_le_100ms": parse["parse_ms"] <= 100,
+            "huge_amount_le_1ms": huge["refuse_us"] <= 1000,
+        },
+    }
+    print(json.dumps(result, indent=None))
+
+
+if __name__ == "__main__":
+    main()
