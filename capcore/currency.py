@@ -28,10 +28,11 @@ def _check_code(code: object) -> str:
 
 def exponent(code: str) -> int:
     """The ISO 4217 minor-unit digits of ``code`` (``"USD"`` → 2)."""
-    try:
-        return _TABLE[_check_code(code)]
-    except KeyError:
-        raise UnknownCurrency("no minor unit for this currency in the table") from None
+    # No try/except KeyError: the KeyError (holding the code) would stay on __context__.
+    exp = _TABLE.get(_check_code(code))
+    if exp is None:
+        raise UnknownCurrency("no minor unit for this currency in the table")
+    return exp
 
 
 def exponents() -> dict[str, int]:
