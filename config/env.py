@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -75,13 +76,13 @@ def secret_key(path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write aside, then link into place: when several workers start at once, exactly one key
     # wins and nobody ever reads a half-written file.
-    draft = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    draft.write_text(secrets.token_urlsafe(50))
-    draft.chmod(0o600)
+    fd, draft = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_urlsafe(50))
     try:
         os.link(draft, path)
     except FileExistsError:
         pass
     finally:
-        draft.unlink()
+        os.unlink(draft)
     return path.read_text().strip()
