@@ -114,8 +114,10 @@ def budget_evaluate(
                     f"{currency} {ceiling} {scope}",
                 )
     if budget.max_duration is not None and counters.started_at is not None:
-        elapsed = (now - counters.started_at) // timedelta(seconds=1)
-        if now - counters.started_at > timedelta(seconds=budget.max_duration):
+        lasted = now - counters.started_at
+        if lasted > timedelta(seconds=budget.max_duration):
+            # Rounded up: a run one microsecond past 60 s has lasted "61 s", not "60 s".
+            elapsed = -(-lasted // timedelta(seconds=1))
             trip(
                 "duration",
                 f"{elapsed} s since the first call passes the ceiling of {budget.max_duration} s",

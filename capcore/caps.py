@@ -167,7 +167,7 @@ def window_bounds(window: Window | None, now: datetime) -> tuple[datetime | None
     A rolling window counts entries at ``t`` with ``now - window < t <= now``; a calendar
     window the entries since the start of the current UTC day, week (Monday) or month.
     """
-    if now.tzinfo is None:
+    if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be an aware datetime")
     if window is None:
         return None, True
