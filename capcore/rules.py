@@ -34,6 +34,9 @@ _DECIMAL = re.compile(r"(?:0|[1-9][0-9]*)(?:\.[0-9]+)?", re.ASCII)
 _EXPONENT_DIGITS = re.compile(r"[0-9]+", re.ASCII)
 _ROLLING = re.compile(r"([1-9][0-9]*)([mhd])", re.ASCII)
 _BLANKS = " \t"
+# Every character a token of the grammar can contain. Any other character (a "\r", a
+# non-breaking space, "$") ends the token before it and is then refused at its own column.
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-:/,=>")
 _UNIT_SECONDS = {"m": 60, "h": 3_600, "d": 86_400}
 _CALENDAR = ("day", "week", "month")
 
@@ -180,7 +183,8 @@ class _Scanner:
         return self.pos >= self.end
 
     def at_boundary(self, position: int) -> bool:
-        return position >= self.end or self.line[position] in _BLANKS
+        """A token ends here: the end, a blank, or a character no token contains."""
+        return position >= self.end or self.line[position] not in _TOKEN_CHARS
 
     def blanks(self, expected: str) -> None:
         """One or more blanks, then something: else the error names what should come."""
@@ -370,7 +374,7 @@ def _parse_action(scan: _Scanner) -> Action:
     for word in ("refuse", "gate"):
         after = scan.pos + len(word)
         if scan.line.startswith(word, scan.pos) and not scan.at_boundary(after):
-            # "gate\r" or "refusex": point at what follows the keyword, not at the keyword.
+            # "gatex" or "refusex": point at what follows the keyword, not at the keyword.
             raise scan.fail("a blank or the end of the line", after)
     if scan.peek_word("refuse"):
         scan.pos += len("refuse")
