@@ -92,7 +92,8 @@ def _rules_text(count: int, applying: int) -> str:
         tool = "pay" if i < applying else f"tool_{i}"
         if i % 2:
             lines.append(
-                f"sum-{i}: {tool},refund arg=amount sum USD {1000 + i}.00 per day by principal -> gate"
+                f"sum-{i}: {tool},refund arg=amount sum USD {1000 + i}.00 per day"
+                " by principal -> gate"
             )
         else:
             lines.append(f"max-{i}: {tool},wire arg=amount max USD {500 + i}.00 -> gate finance")

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "template_partials",
     # Listed so /api/v1/docs serves its assets locally instead of from a CDN.
     "ninja",
+    "approvals",
 ]
 
 MIDDLEWARE = [

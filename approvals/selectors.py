@@ -1,0 +1,101 @@
+"""Reads. Small typed functions that the services, API and pages share."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q, Sum
+
+import capcore
+from approvals.models import Agent, Budget, CapRule, Ledger, LedgerEntry, PermissionRule, ToolClass
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(line: str) -> capcore.Rule | None:
+    """A stored line's rule, or None when it no longer parses (e.g. after a table upgrade)."""
+    try:
+        return capcore.parse_rule(line)
+    except capcore.RuleError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPolicy:
+    cap_rules: tuple[capcore.Rule, ...]
+    cap_rules_unreadable: bool
+    windows: dict[str, capcore.Window | None]  # by casefolded rule name
+    permission_rules: tuple[capcore.PermissionRule, ...]
+    tool_class_pins: tuple[capcore.ToolClassPin, ...]
+    budget: capcore.Budget | None
+
+
+def _budget(row: Budget | None) -> capcore.Budget | None:
+    if row is None:
+        return None
+    action = capcore.Action(capcore.ActionKind(row.action), row.gate)
+    return capcore.Budget(
+        max_calls=row.max_calls,
+        max_tokens=row.max_tokens,
+        max_cost=row.max_cost,
+        cost_currency=row.cost_currency or None,
+        max_duration=row.max_duration,
+        scope=capcore.BudgetScope(row.scope),
+        action=action,
+    )
+
+
+def policy_for_agent(*, agent: Agent) -> AgentPolicy:
+    """Everything the verdict on this agent's next call depends on."""
+    parsed = [
+        _parsed(line)
+        for line in CapRule.objects.filter(enabled=True).values_list("line", flat=True)
+    ]
+    rules = tuple(rule for rule in parsed if rule is not None)
+    permission_rules = tuple(
+        capcore.PermissionRule(
+            id=row.pk,
+            pattern=row.pattern,
+            decision=capcore.Decision(row.decision),
+            run_id=row.run_id,
+            expires_at=row.expires_at,
+        )
+        for row in PermissionRule.objects.filter(Q(agent=agent) | Q(agent__isnull=True)).order_by(
+            "pk"
+        )
+    )
+    pins = tuple(
+        capcore.ToolClassPin(pattern, capcore.ToolClass(tool_class))
+        for pattern, tool_class in ToolClass.objects.values_list("pattern", "tool_class")
+    )
+    budget = (
+        Budget.objects.filter(agent=agent).first()
+        or Budget.objects.filter(agent__isnull=True).first()
+    )
+    return AgentPolicy(
+        cap_rules=rules,
+        cap_rules_unreadable=len(rules) != len(parsed),
+        windows={rule.name.casefold(): rule.window for rule in rules},
+        permission_rules=permission_rules,
+        tool_class_pins=pins,
+        budget=_budget(budget),
+    )
+
+
+def ledger_spent(*, ledger: Ledger, window: capcore.Window | None, now: datetime) -> int:
+    """The ledger's total within the window ending at ``now`` (voided entries excluded).
+
+    Entries stamped after ``now`` count too: they can only come from a worker whose clock is
+    ahead, and leaving them out would let calls through past the limit.
+    """
+    start, inclusive = capcore.window_bounds(window, now)
+    entries = LedgerEntry.objects.filter(ledger=ledger, voided_at__isnull=True)
+    if start is not None:
+        entries = (
+            entries.filter(recorded_at__gte=start)
+            if inclusive
+            else entries.filter(recorded_at__gt=start)
+        )
+    total = entries.aggregate(total=Sum("minor"))["total"]
+    return int(total or 0)

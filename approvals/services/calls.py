@@ -1,0 +1,233 @@
+"""Writes on calls. Each service is one transaction; notifications go out after commit."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+import capcore
+from approvals import selectors
+from approvals.models import Agent, AuditEntry, Call, Gate, Ledger, LedgerEntry, RunCost, RunCounter
+
+logger = logging.getLogger(__name__)
+
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
+
+
+class IdempotencyConflict(Exception):
+    """The same Idempotency-Key came with a different body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A validated ``POST /calls`` body; ``request_sha256`` is the digest of the raw body."""
+
+    tool: str
+    arguments: str
+    principal: str
+    run_id: str = ""
+    context: str = ""
+    usage: capcore.Usage = field(default_factory=capcore.Usage)
+    idempotency_key: str | None = None
+    request_sha256: str = ""
+
+
+def _lock_ledgers(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
+    """Create the ledgers' rows if missing, then lock them in sorted order.
+
+    On SQLite the IMMEDIATE transaction already holds the database's write lock; on
+    PostgreSQL the row locks serialise concurrent calls per ledger, across processes, and the
+    fixed order rules out deadlocks.
+    """
+    if not keys:
+        return {}
+    Ledger.objects.bulk_create(
+        [Ledger(rule=k.rule, currency=k.currency, key_digest=k.key_digest or "") for k in keys],
+        ignore_conflicts=True,
+    )
+    ledgers: dict[capcore.LedgerKey, Ledger] = {}
+    for key in keys:  # already sorted: the lock order
+        ledgers[key] = Ledger.objects.select_for_update().get(
+            rule=key.rule, currency=key.currency, key_digest=key.key_digest or ""
+        )
+    return ledgers
+
+
+def _counter(agent: Agent, budget: capcore.Budget | None, run_id: str, now: datetime) -> RunCounter:
+    scope = budget.scope if budget is not None else capcore.BudgetScope.RUN
+    key = run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
+    counter, _ = RunCounter.objects.get_or_create(
+        agent=agent, scope=scope.value, key=key, defaults={"started_at": now}
+    )
+    return RunCounter.objects.select_for_update().get(pk=counter.pk)
+
+
+def _counters_before(counter: RunCounter, budget: capcore.Budget | None) -> capcore.RunCounters:
+    cost = 0
+    if budget is not None and budget.cost_currency is not None:
+        cost = (
+            RunCost.objects.filter(counter=counter, currency=budget.cost_currency)
+            .values_list("amount", flat=True)
+            .first()
+            or 0
+        )
+    started = counter.started_at if counter.calls else None
+    return capcore.RunCounters(counter.calls, counter.tokens, cost, started)
+
+
+def _count_usage(counter: RunCounter, usage: capcore.Usage) -> None:
+    counter.calls += 1
+    counter.tokens += usage.tokens
+    counter.save(update_fields=["calls", "tokens"])
+    if usage.cost_currency is not None:
+        cost, _ = RunCost.objects.get_or_create(counter=counter, currency=usage.cost_currency)
+        cost.amount += usage.cost
+        cost.save(update_fields=["amount"])
+
+
+def _deadline(gates: tuple[str, ...], now: datetime) -> datetime:
+    timeouts = {
+        gate.name: gate.timeout_seconds or settings.COUNTERSIGN_HOLD_TIMEOUT
+        for gate in Gate.objects.filter(name__in=gates)
+    }
+    # A gate nobody configured cannot hold a call for ever: it gets the default timeout.
+    smallest = min(timeouts.get(g, settings.COUNTERSIGN_HOLD_TIMEOUT) for g in gates)
+    return now + timedelta(seconds=smallest)
+
+
+def ledger_record(
+    *,
+    call: Call,
+    records: list[dict[str, object]],
+    ledgers: dict[capcore.LedgerKey, Ledger],
+    now: datetime,
+) -> None:
+    """Add a call's amounts to its ledgers (the caller holds their locks)."""
+    LedgerEntry.objects.bulk_create(
+        LedgerEntry(
+            ledger=ledgers[_ledger_key(record)],
+            call=call,
+            minor=int(str(record["minor"])),
+            recorded_at=now,
+        )
+        for record in records
+    )
+
+
+def _ledger_key(record: dict[str, object]) -> capcore.LedgerKey:
+    digest = str(record["key_digest"]) if record["key_digest"] else None
+    return capcore.LedgerKey(str(record["rule"]), str(record["currency"]), digest)
+
+
+def _record_dict(record: capcore.LedgerRecord) -> dict[str, object]:
+    return {
+        "rule": record.ledger.rule,
+        "currency": record.ledger.currency,
+        "key_digest": record.ledger.key_digest,
+        "minor": record.minor,
+    }
+
+
+def _replay(agent: Agent, submission: Submission, now: datetime) -> Call | None:
+    if submission.idempotency_key is None:
+        return None
+    earlier = Call.objects.filter(
+        agent=agent,
+        idempotency_key=submission.idempotency_key,
+        created_at__gte=now - IDEMPOTENCY_WINDOW,
+    ).first()
+    if earlier is not None and earlier.request_sha256 != submission.request_sha256:
+        raise IdempotencyConflict
+    return earlier
+
+
+def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
+    policy = selectors.policy_for_agent(agent=agent)
+    request = capcore.CallRequest(
+        tool=submission.tool,
+        arguments_text=submission.arguments,
+        principal=submission.principal,
+        run_id=submission.run_id,
+        usage=submission.usage,
+    )
+    ledgers = _lock_ledgers(capcore.call_ledgers(request, policy.cap_rules))
+    # Read the clock only once the locks are held: a time taken before waiting for them
+    # would be older than the entries recorded meanwhile.
+    now = clock or timezone.now()
+    counter = _counter(agent, policy.budget, submission.run_id, now)
+    state = capcore.PolicyState(
+        now=now,
+        mode=agent.mode,
+        permission_rules=policy.permission_rules,
+        tool_class_pins=policy.tool_class_pins,
+        budget=policy.budget,
+        counters=_counters_before(counter, policy.budget),
+        cap_rules=policy.cap_rules,
+        cap_rules_unreadable=policy.cap_rules_unreadable,
+        spent={
+            key: selectors.ledger_spent(ledger=ledger, window=policy.windows[key.rule], now=now)
+            for key, ledger in ledgers.items()
+        },
+    )
+    evaluation = capcore.call_evaluate(request, state)
+    if evaluation.error is not None:
+        logger.error("policy error on a call by agent %s", agent.pk, exc_info=evaluation.error)
+    verdict = evaluation.verdict
+    records = [_record_dict(r) for r in evaluation.records]
+    call = Call.objects.create(
+        agent=agent,
+        tool=submission.tool,
+        arguments=submission.arguments,
+        arguments_sha256=hashlib.sha256(submission.arguments.encode()).hexdigest(),
+        principal=submission.principal,
+        run_id=submission.run_id,
+        context=submission.context,
+        status=verdict.status.value,
+        reasons=[f.as_reason() for f in verdict.reasons],
+        gates=list(verdict.gates),
+        pending_records=records if verdict.status is capcore.Status.PENDING else [],
+        created_at=now,
+        updated_at=now,
+        expires_at=_deadline(verdict.gates, now)
+        if verdict.status is capcore.Status.PENDING
+        else None,
+        idempotency_key=submission.idempotency_key,
+        request_sha256=submission.request_sha256,
+    )
+    if verdict.status is capcore.Status.ALLOWED:
+        ledger_record(call=call, records=records, ledgers=ledgers, now=now)
+    _count_usage(counter, submission.usage)
+    AuditEntry.objects.create(
+        at=now,
+        agent=agent,
+        action=f"call {verdict.status.value}",
+        object_type="call",
+        object_id=str(call.pk),
+    )
+    return call
+
+
+def call_submit(
+    *, agent: Agent, submission: Submission, now: datetime | None = None
+) -> tuple[Call, bool]:
+    """Evaluate and store one call; ``(call, created)``. A replayed Idempotency-Key returns
+    the first call (``created`` False); the same key with another body is a conflict."""
+    earlier = _replay(agent, submission, now or timezone.now())
+    if earlier is not None:
+        return earlier, False
+    try:
+        with transaction.atomic():
+            call = _evaluate_and_create(agent, submission, now)
+    except IntegrityError:
+        # A concurrent request with the same key created the call first.
+        earlier = _replay(agent, submission, now or timezone.now())
+        if earlier is None:
+            raise
+        return earlier, False
+    return call, True

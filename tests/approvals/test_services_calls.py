@@ -1,0 +1,136 @@
+"""call_submit: verdicts stored, ledgers recorded atomically, idempotent replays."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from approvals.models import Agent, Call, LedgerEntry
+from approvals.services.calls import IdempotencyConflict, Submission, call_submit
+from approvals.services.rules import cap_rule_save
+
+DAILY = "daily: pay arg=amount sum USD 1000.00 per day -> gate"
+
+
+@pytest.fixture
+def agent(db: None) -> Agent:
+    return Agent.objects.create(name="bot", principal="user-1", mode="danger_full_access")
+
+
+def submit(agent: Agent, amount: str, **extra: object) -> Call:
+    call, _ = call_submit(
+        agent=agent,
+        submission=Submission(
+            tool="pay", arguments=f'{{"amount": "{amount}"}}', principal="user-1", **extra
+        ),  # type: ignore[arg-type]
+    )
+    return call
+
+
+def test_allowed_call_records_its_amount(agent: Agent) -> None:
+    cap_rule_save(line=DAILY)
+    call = submit(agent, "250.00")
+    assert call.status == "allowed"
+    assert [e.minor for e in LedgerEntry.objects.filter(call=call)] == [25000]
+
+
+def test_call_over_the_sum_is_held_and_records_nothing(agent: Agent) -> None:
+    cap_rule_save(line=DAILY)
+    submit(agent, "800.00")
+    held = submit(agent, "250.00")
+    assert held.status == "pending"
+    assert held.gates == [""]
+    assert held.expires_at is not None
+    assert held.reasons[0]["message"] == (
+        "USD 1,050.00 would exceed the limit of USD 1,000.00 per day (spent USD 800.00)"
+    )
+    assert not LedgerEntry.objects.filter(call=held).exists()
+    assert held.pending_records[0]["minor"] == 25000
+
+
+def test_not_strict_arguments_are_refused_and_stored(agent: Agent) -> None:
+    call, created = call_submit(
+        agent=agent,
+        submission=Submission(
+            tool="pay", arguments='{"amount": 1, "amount": 2}', principal="user-1"
+        ),
+    )
+    assert created
+    assert call.status == "refused"
+    assert call.reasons[0]["policy"] == "arguments"
+
+
+def test_unreadable_stored_rule_refuses_with_policy_error(agent: Agent) -> None:
+    cap_rule_save(line=DAILY)
+    from approvals.models import CapRule
+
+    CapRule.objects.update(line="daily: pay arg=amount sum QQQ 1 -> gate")
+    call = submit(agent, "1.00")
+    assert call.status == "refused"
+    assert call.reasons == [
+        {"policy": "error", "rule": None, "action": "refuse", "gate": "", "message": "policy error"}
+    ]
+
+
+def test_idempotent_replay_returns_the_first_call(agent: Agent) -> None:
+    first, created = call_submit(
+        agent=agent,
+        submission=Submission(
+            tool="pay", arguments="{}", principal="user-1", idempotency_key="k1", request_sha256="a"
+        ),
+    )
+    again, created_again = call_submit(
+        agent=agent,
+        submission=Submission(
+            tool="pay", arguments="{}", principal="user-1", idempotency_key="k1", request_sha256="a"
+        ),
+    )
+    assert created
+    assert not created_again
+    assert again.pk == first.pk
+    with pytest.raises(IdempotencyConflict):
+        call_submit(
+            agent=agent,
+            submission=Submission(
+                tool="pay",
+                arguments="{}",
+                principal="user-1",
+                idempotency_key="k1",
+                request_sha256="b",
+            ),
+        )
+    assert Call.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_200_racing_submissions_allow_exactly_the_limit() -> None:
+    """Really concurrent: 200 threads, each with its own connection to the file-backed
+    database, submit 10.00 against a 1000.00 sum. Exactly 100 may pass."""
+    assert connection.vendor != "sqlite" or connection.settings_dict["NAME"] != ":memory:"
+    agent = Agent.objects.create(name="racer", principal="user-1", mode="danger_full_access")
+    cap_rule_save(line="race: pay arg=amount sum USD 1000.00 -> gate")
+    statuses: list[str] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(200)
+
+    def racer() -> None:
+        try:
+            start.wait()
+            statuses.append(submit(agent, "10.00").status)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=racer) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert Counter(statuses) == {"allowed": 100, "pending": 100}
+    assert sum(LedgerEntry.objects.values_list("minor", flat=True)) == 100_000
