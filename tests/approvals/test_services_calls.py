@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from approvals.models import Agent, Call, LedgerEntry
+from approvals.models import Agent, Call, CapRule, LedgerEntry
 from approvals.services.calls import IdempotencyConflict, Submission, call_submit
 from approvals.services.rules import cap_rule_save
 
@@ -20,12 +20,10 @@ def agent(db: None) -> Agent:
     return Agent.objects.create(name="bot", principal="user-1", mode="danger_full_access")
 
 
-def submit(agent: Agent, amount: str, **extra: object) -> Call:
+def submit(agent: Agent, amount: str) -> Call:
+    arguments = f'{{"amount": "{amount}"}}'
     call, _ = call_submit(
-        agent=agent,
-        submission=Submission(
-            tool="pay", arguments=f'{{"amount": "{amount}"}}', principal="user-1", **extra
-        ),  # type: ignore[arg-type]
+        agent=agent, submission=Submission(tool="pay", arguments=arguments, principal="user-1")
     )
     return call
 
@@ -65,8 +63,6 @@ def test_not_strict_arguments_are_refused_and_stored(agent: Agent) -> None:
 
 def test_unreadable_stored_rule_refuses_with_policy_error(agent: Agent) -> None:
     cap_rule_save(line=DAILY)
-    from approvals.models import CapRule
-
     CapRule.objects.update(line="daily: pay arg=amount sum QQQ 1 -> gate")
     call = submit(agent, "1.00")
     assert call.status == "refused"
