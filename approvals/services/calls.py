@@ -38,7 +38,7 @@ class Submission:
     request_sha256: str = ""
 
 
-def _lock_ledgers(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
+def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
     """Create the ledgers' rows if missing, then lock them in sorted order.
 
     On SQLite the IMMEDIATE transaction already holds the database's write lock; on
@@ -111,7 +111,7 @@ def ledger_record(
     """Add a call's amounts to its ledgers (the caller holds their locks)."""
     LedgerEntry.objects.bulk_create(
         LedgerEntry(
-            ledger=ledgers[_ledger_key(record)],
+            ledger=ledgers[record_ledger_key(record)],
             call=call,
             minor=int(str(record["minor"])),
             recorded_at=now,
@@ -120,7 +120,7 @@ def ledger_record(
     )
 
 
-def _ledger_key(record: dict[str, object]) -> capcore.LedgerKey:
+def record_ledger_key(record: dict[str, object]) -> capcore.LedgerKey:
     digest = str(record["key_digest"]) if record["key_digest"] else None
     return capcore.LedgerKey(str(record["rule"]), str(record["currency"]), digest)
 
@@ -156,7 +156,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         run_id=submission.run_id,
         usage=submission.usage,
     )
-    ledgers = _lock_ledgers(capcore.call_ledgers(request, policy.cap_rules))
+    ledgers = ledger_lock(capcore.call_ledgers(request, policy.cap_rules))
     # Read the clock only once the locks are held: a time taken before waiting for them
     # would be older than the entries recorded meanwhile.
     now = clock or timezone.now()

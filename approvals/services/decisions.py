@@ -1,0 +1,154 @@
+"""A human's decision on a held call (``policies.md``, "Gates, approvers, quorum")."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import datetime
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+import capcore
+from approvals.models import Approval, AuditEntry, Call, Gate, PermissionRule
+from approvals.services.calls import ledger_lock, ledger_record, record_ledger_key
+
+DEFAULT_DENY_COMMENT = "Denied by a reviewer. Do not retry this call unchanged."
+SCOPES = ("once", "run", "always")
+
+
+class DecisionError(Exception):
+    """A decision that changes nothing; ``status`` is the HTTP answer."""
+
+    status = 400
+
+
+class CallNotFound(DecisionError):
+    status = 404
+
+
+class NotEligible(DecisionError):
+    status = 403
+
+
+class BadScope(DecisionError):
+    status = 400
+
+
+class DecisionConflict(DecisionError):
+    status = 409
+
+
+class Conflict(enum.Enum):
+    FINAL = "the call is already final"
+    STALE = "the arguments changed since the page was shown"
+    SECOND = "you have already decided this call"
+
+
+def user_may_decide(*, user: User, call: Call) -> bool:
+    """Active, holds ``approvals.decide_call``, in the group of every gate the call is held
+    at (superusers: every gate), and not the call's own principal."""
+    if not user.is_active or not user.has_perm("approvals.decide_call"):
+        return False
+    if call.principal == user.get_username():
+        return False
+    if user.is_superuser:
+        return True
+    group_ids = set(user.groups.values_list("pk", flat=True))
+    gates = Gate.objects.filter(name__in=call.gates, group__isnull=False)
+    return all(gate.group_id in group_ids for gate in gates)
+
+
+def _findings(call: Call) -> list[capcore.Finding]:
+    return [
+        capcore.Finding(
+            capcore.Policy(reason["policy"]),
+            reason["rule"],
+            capcore.Action(capcore.ActionKind(reason["action"]), reason["gate"]),
+            reason["message"],
+        )
+        for reason in call.reasons
+    ]
+
+
+def _required_approvals(call: Call) -> int:
+    # Every approver is eligible at every gate of the call, so each approval counts at each.
+    required = Gate.objects.filter(name__in=call.gates).values_list("required_approvals", flat=True)
+    return max(required, default=1)
+
+
+def _finish(call: Call, status: str, user: User, comment: str, now: datetime) -> None:
+    call.status = status
+    call.decided_at = now
+    call.decided_by = user
+    call.decision_comment = comment
+    call.updated_at = now
+    call.save(
+        update_fields=["status", "decided_at", "decided_by", "decision_comment", "updated_at"]
+    )
+
+
+def _allow_tool(call: Call, scope: str) -> None:
+    PermissionRule.objects.create(
+        agent=call.agent,
+        pattern=call.tool,
+        decision="allow",
+        run_id=call.run_id if scope == "run" else None,
+    )
+
+
+@transaction.atomic
+def call_decide(
+    *,
+    call_id: uuid.UUID,
+    user: User,
+    approve: bool,
+    comment: str,
+    arguments_sha256: str,
+    scope: str = "once",
+    now: datetime | None = None,
+) -> Call:
+    """Record one eligible user's first decision; finish the call when the quorum is met or
+    on a deny. Raises a ``DecisionError`` (and changes nothing) otherwise, checked in the
+    order 404, 403, 400 (scope), 409."""
+    call = Call.objects.select_for_update().filter(pk=call_id).first()
+    if call is None:
+        raise CallNotFound
+    if not user_may_decide(user=user, call=call):
+        raise NotEligible
+    if scope not in SCOPES or (
+        approve and scope != "once" and not capcore.mode_hold_only(_findings(call))
+    ):
+        raise BadScope
+    now = now or timezone.now()
+    if call.status != "pending" or (call.expires_at is not None and call.expires_at <= now):
+        raise DecisionConflict(Conflict.FINAL.value)
+    if arguments_sha256 != call.arguments_sha256:
+        raise DecisionConflict(Conflict.STALE.value)
+    if Approval.objects.filter(call=call, user_id=user.pk).exists():
+        raise DecisionConflict(Conflict.SECOND.value)
+    Approval.objects.create(
+        call=call, user=user, approve=approve, comment=comment, scope=scope, created_at=now
+    )
+    if not approve:
+        _finish(call, "denied", user, comment or DEFAULT_DENY_COMMENT, now)
+    elif call.approvals.filter(approve=True).count() >= _required_approvals(call):
+        records = list(call.pending_records)
+        keys = tuple(sorted({record_ledger_key(record) for record in records}))
+        ledger_record(call=call, records=records, ledgers=ledger_lock(keys), now=now)
+        if scope != "once":
+            _allow_tool(call, scope)
+        _finish(call, "approved", user, comment, now)
+    else:
+        call.updated_at = now
+        call.save(update_fields=["updated_at"])
+    AuditEntry.objects.create(
+        at=now,
+        user_id=user.pk,
+        action="call approved" if approve else "call denied",
+        object_type="call",
+        object_id=str(call.pk),
+        after=comment,
+    )
+    return call
