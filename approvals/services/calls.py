@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 import capcore
@@ -82,13 +83,13 @@ def _counters_before(counter: RunCounter, budget: capcore.Budget | None) -> capc
 
 
 def _count_usage(counter: RunCounter, usage: capcore.Usage) -> None:
-    counter.calls += 1
-    counter.tokens += usage.tokens
-    counter.save(update_fields=["calls", "tokens"])
+    # Totals are added in the database (F expressions), never read and rewritten in Python.
+    RunCounter.objects.filter(pk=counter.pk).update(
+        calls=F("calls") + 1, tokens=F("tokens") + usage.tokens
+    )
     if usage.cost_currency is not None:
         cost, _ = RunCost.objects.get_or_create(counter=counter, currency=usage.cost_currency)
-        cost.amount += usage.cost
-        cost.save(update_fields=["amount"])
+        RunCost.objects.filter(pk=cost.pk).update(amount=F("amount") + usage.cost)
 
 
 def _deadline(gates: tuple[str, ...], now: datetime) -> datetime:

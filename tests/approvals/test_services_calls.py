@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from approvals.models import Agent, Call, CapRule, LedgerEntry
+import capcore
+from approvals.models import Agent, Budget, Call, CapRule, LedgerEntry, RunCounter
 from approvals.services.calls import IdempotencyConflict, Submission, call_submit
 from approvals.services.rules import cap_rule_save
 
@@ -130,3 +131,22 @@ def test_200_racing_submissions_allow_exactly_the_limit() -> None:
     assert errors == []
     assert Counter(statuses) == {"allowed": 100, "pending": 100}
     assert sum(LedgerEntry.objects.values_list("minor", flat=True)) == 100_000
+
+
+def test_budget_counts_every_call_on_the_server(agent: Agent) -> None:
+    Budget.objects.create(max_calls=2, max_tokens=100)
+    usage = capcore.Usage(tokens=40)
+    statuses = [
+        call_submit(
+            agent=agent,
+            submission=Submission(
+                tool="read_file", arguments="{}", principal="user-1", usage=usage
+            ),
+        )[0].status
+        for _ in range(3)
+    ]
+    assert statuses == ["allowed", "allowed", "refused"]
+    counter = RunCounter.objects.get(agent=agent, scope="run", key="")
+    assert (counter.calls, counter.tokens) == (3, 120)
+    refused = Call.objects.filter(status="refused").get()
+    assert [r["rule"] for r in refused.reasons] == ["budget:calls", "budget:tokens"]
