@@ -94,11 +94,11 @@ def key_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _call_limit(rule: Rule, arguments: Mapping[str, object]) -> Limit:
+def _call_limit(rule: Rule, arguments: dict[str, object]) -> Limit:
     if rule.currency_arg is None:
         return rule.limits[0]
     try:
-        currency = lookup(dict(arguments), rule.currency_arg)
+        currency = lookup(arguments, rule.currency_arg)
     except ArgAbsent:
         raise ArgAbsent(CURRENCY_MISSING) from None
     limit = rule.limit_for(currency) if type(currency) is str else None
@@ -108,7 +108,7 @@ def _call_limit(rule: Rule, arguments: Mapping[str, object]) -> Limit:
 
 
 def _ledger_key(
-    rule: Rule, currency: str, arguments: Mapping[str, object], principal: str
+    rule: Rule, currency: str, arguments: dict[str, object], principal: str
 ) -> LedgerKey:
     key = rule.key
     if key is None:
@@ -116,7 +116,7 @@ def _ledger_key(
     if key.principal:
         return LedgerKey(rule.name.casefold(), currency, key_digest(principal))
     try:
-        value = lookup(dict(arguments), key.path)
+        value = lookup(arguments, key.path)
     except ArgAbsent:
         raise ArgAbsent(KEY_MISSING) from None
     if type(value) is not str:
@@ -128,13 +128,13 @@ def _ledger_key(
     return LedgerKey(rule.name.casefold(), currency, key_digest(value))
 
 
-def _assess_one(rule: Rule, arguments: Mapping[str, object], principal: str) -> CapAssessment:
+def _assess_one(rule: Rule, arguments: dict[str, object], principal: str) -> CapAssessment:
     try:
         limit = _call_limit(rule, arguments)
     except NotAssessable as error:
         return CapAssessment(rule, not_assessable=str(error))
     try:
-        amount = assess(lookup(dict(arguments), rule.arg), rule.unit, limit.exponent)
+        amount = assess(lookup(arguments, rule.arg), rule.unit, limit.exponent)
     except NotAssessable as error:
         return CapAssessment(rule, limit=limit, not_assessable=_AMOUNT_CATEGORIES[type(error)])
     if rule.kind is Kind.MAX:
@@ -147,7 +147,7 @@ def _assess_one(rule: Rule, arguments: Mapping[str, object], principal: str) -> 
 
 
 def caps_assess(
-    rules: Sequence[Rule], *, tool: str, arguments: Mapping[str, object], principal: str
+    rules: Sequence[Rule], *, tool: str, arguments: dict[str, object], principal: str
 ) -> tuple[CapAssessment, ...]:
     """Read the call once for every rule that applies to its tool (rules in their order).
 

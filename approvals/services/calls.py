@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -105,34 +107,37 @@ def _deadline(gates: tuple[str, ...], now: datetime) -> datetime:
 def ledger_record(
     *,
     call: Call,
-    records: list[dict[str, object]],
+    records: Sequence[capcore.LedgerRecord],
     ledgers: dict[capcore.LedgerKey, Ledger],
     now: datetime,
 ) -> None:
     """Add a call's amounts to its ledgers (the caller holds their locks)."""
     LedgerEntry.objects.bulk_create(
-        LedgerEntry(
-            ledger=ledgers[record_ledger_key(record)],
-            call=call,
-            minor=int(str(record["minor"])),
-            recorded_at=now,
-        )
+        LedgerEntry(ledger=ledgers[record.ledger], call=call, minor=record.minor, recorded_at=now)
         for record in records
     )
 
 
-def record_ledger_key(record: dict[str, object]) -> capcore.LedgerKey:
-    digest = str(record["key_digest"]) if record["key_digest"] else None
-    return capcore.LedgerKey(str(record["rule"]), str(record["currency"]), digest)
+def records_to_json(records: Sequence[capcore.LedgerRecord]) -> list[dict[str, object]]:
+    """A held call's ledger amounts, kept on the call until it is approved."""
+    return [
+        {
+            "rule": r.ledger.rule,
+            "currency": r.ledger.currency,
+            "key_digest": r.ledger.key_digest,
+            "minor": r.minor,
+        }
+        for r in records
+    ]
 
 
-def _record_dict(record: capcore.LedgerRecord) -> dict[str, object]:
-    return {
-        "rule": record.ledger.rule,
-        "currency": record.ledger.currency,
-        "key_digest": record.ledger.key_digest,
-        "minor": record.minor,
-    }
+def records_from_json(stored: list[dict[str, Any]]) -> tuple[capcore.LedgerRecord, ...]:
+    return tuple(
+        capcore.LedgerRecord(
+            capcore.LedgerKey(item["rule"], item["currency"], item["key_digest"]), item["minor"]
+        )
+        for item in stored
+    )
 
 
 def _replay(agent: Agent, submission: Submission, now: datetime) -> Call | None:
@@ -180,7 +185,6 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
     if evaluation.error is not None:
         logger.error("policy error on a call by agent %s", agent.pk, exc_info=evaluation.error)
     verdict = evaluation.verdict
-    records = [_record_dict(r) for r in evaluation.records]
     call = Call.objects.create(
         agent=agent,
         tool=submission.tool,
@@ -192,7 +196,9 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         status=verdict.status.value,
         reasons=[f.as_reason() for f in verdict.reasons],
         gates=list(verdict.gates),
-        pending_records=records if verdict.status is capcore.Status.PENDING else [],
+        pending_records=(
+            records_to_json(evaluation.records) if verdict.status is capcore.Status.PENDING else []
+        ),
         created_at=now,
         updated_at=now,
         expires_at=_deadline(verdict.gates, now)
@@ -202,7 +208,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         request_sha256=submission.request_sha256,
     )
     if verdict.status is capcore.Status.ALLOWED:
-        ledger_record(call=call, records=records, ledgers=ledgers, now=now)
+        ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
     _count_usage(counter, submission.usage)
     AuditEntry.objects.create(
         at=now,

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 import capcore
 from approvals.models import Approval, AuditEntry, Call, Gate, PermissionRule
-from approvals.services.calls import ledger_lock, ledger_record, record_ledger_key
+from approvals.services.calls import ledger_lock, ledger_record, records_from_json
 
 DEFAULT_DENY_COMMENT = "Denied by a reviewer. Do not retry this call unchanged."
 SCOPES = ("once", "run", "always")
@@ -134,8 +134,8 @@ def call_decide(
     if not approve:
         _finish(call, "denied", user, comment or DEFAULT_DENY_COMMENT, now)
     elif call.approvals.filter(approve=True).count() >= _required_approvals(call):
-        records = list(call.pending_records)
-        keys = tuple(sorted({record_ledger_key(record) for record in records}))
+        records = records_from_json(call.pending_records)
+        keys = tuple(sorted(record.ledger for record in records))
         ledger_record(call=call, records=records, ledgers=ledger_lock(keys), now=now)
         if scope != "once":
             _allow_tool(call, scope)
