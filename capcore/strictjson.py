@@ -33,7 +33,7 @@ TRAILING_DATA = "data after the value"
 NOT_JSON = "not JSON"
 NOT_AN_OBJECT = "not a JSON object"
 
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_JSON_BLANKS = " \t\n\r"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
@@ -72,10 +72,8 @@ def _utf8(data: bytes) -> str | None:
         return None
 
 
-def _skip_blanks(text: str, position: int) -> int:
-    match = _WHITESPACE.match(text, position)
-    assert match is not None  # the pattern matches the empty string
-    return match.end()
+def _leading_blanks(text: str) -> int:
+    return len(text) - len(text.lstrip(_JSON_BLANKS))
 
 
 def _text(data: bytes | str) -> str:
@@ -98,7 +96,7 @@ def _text(data: bytes | str) -> str:
 def _decode(text: str) -> object:
     failure = None
     try:
-        value, end = _DECODER.raw_decode(text, _skip_blanks(text, 0))
+        value, end = _DECODER.raw_decode(text, _leading_blanks(text))
     except RecursionError:
         failure = TOO_DEEP
     except ValueError:
@@ -106,7 +104,7 @@ def _decode(text: str) -> object:
         failure = NOT_JSON
     if failure is not None:
         raise ArgsNotStrict(failure)
-    if _skip_blanks(text, end) != len(text):
+    if end != len(text) and text[end:].strip(_JSON_BLANKS):
         raise ArgsNotStrict(TRAILING_DATA)
     return value
 
@@ -137,7 +135,8 @@ def strict_loads(data: bytes | str) -> object:
     # Brackets inside strings count too, so this over-estimates the depth: safe, and cheap.
     depth = text.count("[") + text.count("{") > MAX_DEPTH
     # A correct escaped pair decodes to one code point; a lone escape stays a surrogate.
-    surrogates = "\\u" in text and _ESCAPED_SURROGATE.search(text) is not None
+    # A single-character search first: most documents contain no backslash at all.
+    surrogates = "\\" in text and _ESCAPED_SURROGATE.search(text) is not None
     if depth or surrogates:
         _check_tree(value, depth=depth, surrogates=surrogates)
     return value
