@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Q, Sum
 
 import capcore
-from approvals.models import Agent, Budget, CapRule, Ledger, LedgerEntry, PermissionRule, ToolClass
+from approvals.models import (
+    Agent,
+    AgentToken,
+    Budget,
+    Call,
+    CapRule,
+    Ledger,
+    LedgerEntry,
+    PermissionRule,
+    ToolClass,
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -99,3 +112,61 @@ def ledger_spent(*, ledger: Ledger, window: capcore.Window | None, now: datetime
         )
     total = entries.aggregate(total=Sum("minor"))["total"]
     return int(total or 0)
+
+
+FINAL_STATUSES = frozenset({"allowed", "refused", "approved", "denied", "expired", "cancelled"})
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
+
+
+def call_state(call: Call) -> dict[str, Any]:
+    """The call state object of the agent API (``agent-api.md``)."""
+    pending = call.status == "pending"
+    decision = None
+    if call.status in {"approved", "denied", "expired", "cancelled"}:
+        by = call.decided_by.get_username() if call.decided_by is not None else None
+        decision = {"by": by, "comment": call.decision_comment, "at": _iso(call.decided_at)}
+    link = f"/api/v1/calls/{call.pk}"
+    return {
+        "id": str(call.pk),
+        "status": call.status,
+        "tool": call.tool,
+        "principal": call.principal,
+        "run_id": call.run_id,
+        "arguments_sha256": call.arguments_sha256,
+        "reasons": call.reasons,
+        "gates": call.gates if pending else [],
+        "approvals": [
+            {"by": approval.user.get_username(), "at": _iso(approval.created_at)}
+            for approval in call.approvals.all()
+            if approval.approve
+        ],
+        "decision": decision,
+        "created_at": _iso(call.created_at),
+        "expires_at": _iso(call.expires_at) if pending else None,
+        "links": {"self": link, "wait": f"{link}/wait", "ws": f"/ws/v1/calls/{call.pk}"},
+    }
+
+
+def agent_for_token(token: str) -> Agent | None:
+    """The agent holding this unrevoked token. The token is looked up by its SHA-256 digest,
+    an index lookup that does not compare secrets byte by byte."""
+    digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+    row = (
+        AgentToken.objects.select_related("agent")
+        .filter(digest=digest, revoked_at__isnull=True)
+        .first()
+    )
+    return None if row is None else row.agent
+
+
+def call_for_agent(*, agent: Agent, call_id: uuid.UUID | str) -> Call | None:
+    """The agent's own call; another agent's call is as absent as a missing one."""
+    return (
+        Call.objects.select_related("decided_by")
+        .prefetch_related("approvals__user")
+        .filter(pk=call_id, agent=agent)
+        .first()
+    )

@@ -217,6 +217,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         object_type="call",
         object_id=str(call.pk),
     )
+    notify_call(call)
     return call
 
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 import capcore
 from approvals.models import Approval, AuditEntry, Call, Gate, PermissionRule
+from approvals.notify import notify_call
 from approvals.services.calls import ledger_lock, ledger_record, records_from_json
 
 DEFAULT_DENY_COMMENT = "Denied by a reviewer. Do not retry this call unchanged."
@@ -151,4 +152,5 @@ def call_decide(
         object_id=str(call.pk),
         after=comment,
     )
+    notify_call(call)
     return call
