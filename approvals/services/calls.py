@@ -17,6 +17,7 @@ from django.utils import timezone
 import capcore
 from approvals import selectors
 from approvals.models import Agent, AuditEntry, Call, Gate, Ledger, LedgerEntry, RunCost, RunCounter
+from approvals.notify import notify_call
 
 logger = logging.getLogger(__name__)
 
