@@ -12,9 +12,11 @@ django_http = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from approvals.routing import websocket_urlpatterns  # noqa: E402
+
 application = ProtocolTypeRouter(
     {
         "http": django_http,
-        "websocket": URLRouter([]),
+        "websocket": URLRouter(websocket_urlpatterns),
     }
 )

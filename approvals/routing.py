@@ -1,0 +1,7 @@
+"""WebSocket routes (agent sockets authenticate by bearer header, never by cookie)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern
+
+websocket_urlpatterns: list[URLPattern] = []

@@ -1,0 +1,50 @@
+"""The server's own expiry sweep.
+
+daphne sends no ASGI lifespan events, so the sweep starts lazily with the first request or
+socket of each process; every worker runs one, which is safe because each call is expired by
+one conditional UPDATE (``calls_expire_due``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+
+from approvals.services.lifecycle import calls_expire_due
+
+SWEEP_INTERVAL_SECONDS = 1.0
+
+logger = logging.getLogger(__name__)
+_task: asyncio.Task[None] | None = None
+
+
+def _sweep_once() -> int:
+    try:
+        return calls_expire_due()
+    finally:
+        close_old_connections()
+
+
+async def _sweep_forever() -> None:
+    while True:
+        try:
+            await sync_to_async(_sweep_once, thread_sensitive=False)()
+        except Exception:
+            # A database hiccup must not stop expiry for good: log it and try again.
+            logger.exception("expiry sweep failed")
+        await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+
+
+def ensure_sweeper_started() -> None:
+    """Start this process's sweep on the running event loop, once."""
+    global _task
+    if _task is None or _task.done():
+        _task = asyncio.get_running_loop().create_task(_sweep_forever())
+
+
+async def expire_due_now() -> None:
+    """Expire what is due at once (a waiter whose call reached its deadline calls this)."""
+    await sync_to_async(_sweep_once, thread_sensitive=False)()
