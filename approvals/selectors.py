@@ -170,3 +170,20 @@ def call_for_agent(*, agent: Agent, call_id: uuid.UUID | str) -> Call | None:
         .filter(pk=call_id, agent=agent)
         .first()
     )
+
+
+def calls_for_agent(
+    *, agent: Agent, status: str | None, run_id: str | None, limit: int, offset: int
+) -> tuple[list[Call], int]:
+    """A page of the agent's calls, newest first, and how many there are in all."""
+    calls = Call.objects.filter(agent=agent)
+    if status is not None:
+        calls = calls.filter(status=status)
+    if run_id is not None:
+        calls = calls.filter(run_id=run_id)
+    page = list(
+        calls.select_related("decided_by")
+        .prefetch_related("approvals__user")
+        .order_by("-created_at", "-pk")[offset : offset + limit]
+    )
+    return page, calls.count()

@@ -1,4 +1,5 @@
-"""The ASGI application: Django for HTTP, Channels for WebSockets."""
+"""The ASGI application: Django for HTTP, Channels for WebSockets, and the long-poll served
+on its own so that a waiting agent costs no thread."""
 
 from __future__ import annotations
 
@@ -12,11 +13,21 @@ django_http = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from approvals.longpoll import WAIT_PATH, wait_app  # noqa: E402
+from approvals.middleware import BodyLimit, Receive, Scope, Send  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
+
+
+async def http(scope: Scope, receive: Receive, send: Send) -> None:
+    if WAIT_PATH.match(scope["path"]):
+        await wait_app(scope, receive, send)
+    else:
+        await django_http(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
-        "http": django_http,
+        "http": BodyLimit(http),
         # Channels' stubs want their own pattern subclass; Django's path() patterns work as is.
         "websocket": URLRouter(websocket_urlpatterns),  # type: ignore[arg-type]
     }

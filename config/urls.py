@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import URLPattern, URLResolver, path
+from django.urls import URLPattern, URLResolver, path, re_path
+from django.views.decorators.csrf import csrf_exempt
+
+from approvals.api import api, api_not_found
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+    re_path(r"^api/", csrf_exempt(api_not_found)),
 ]

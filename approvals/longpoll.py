@@ -1,0 +1,172 @@
+"""``GET /api/v1/calls/{id}/wait`` as a raw ASGI app, outside Django's handler.
+
+Django's handler holds a thread per request for as long as the response takes, so a parked
+long-poll there costs a thread. Here a waiter costs a coroutine: each database read runs in a
+short ``sync_to_async(thread_sensitive=False)`` call that closes its connection, and the wait
+itself is on the channel layer. The waiter joins the call's group *before* it reads the
+state, so a decision made between the read and the wait is not missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from approvals import selectors
+from approvals.api import AGENT_DISABLED, BAD_QUERY, NOT_FOUND, UNAUTHENTICATED
+from approvals.middleware import Receive, Scope, Send, json_error_bytes, send_json
+from approvals.models import Agent
+from approvals.notify import call_group
+from approvals.selectors import FINAL_STATUSES
+from approvals.sweeper import ensure_sweeper_started, expire_due_now
+
+WAIT_PATH = re.compile(r"^/api/v1/calls/(?P<call_id>[^/]+)/wait$")
+DEFAULT_TIMEOUT = 25
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(code)
+        self.status, self.code, self.message = status, code, message
+
+
+def _read_agent(token: str) -> Agent | None:
+    try:
+        return selectors.agent_for_token(token)
+    finally:
+        close_old_connections()
+
+
+def _read_state(agent: Agent, call_id: uuid.UUID) -> dict[str, Any] | None:
+    try:
+        call = selectors.call_for_agent(agent=agent, call_id=call_id)
+        return None if call is None else selectors.call_state(call)
+    finally:
+        close_old_connections()
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+def _timeout(scope: Scope) -> int:
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("timeout")
+    if values is None:
+        return min(DEFAULT_TIMEOUT, settings.COUNTERSIGN_MAX_WAIT)
+    raw = values[-1]
+    if not re.fullmatch(r"[0-9]{1,6}", raw, re.ASCII) or int(raw) > settings.COUNTERSIGN_MAX_WAIT:
+        raise _Refusal(400, "bad_request", BAD_QUERY)
+    return int(raw)
+
+
+async def _agent(scope: Scope) -> Agent:
+    scheme, _, token = _header(scope, b"authorization").partition(" ")
+    agent = None
+    if scheme.lower() == "bearer" and token:
+        agent = await sync_to_async(_read_agent, thread_sensitive=False)(token)
+    if agent is None:
+        raise _Refusal(401, "unauthenticated", UNAUTHENTICATED)
+    if not agent.active:
+        raise _Refusal(403, "agent_disabled", AGENT_DISABLED)
+    return agent
+
+
+def _seconds_to_expiry(state: dict[str, Any]) -> float | None:
+    expires = state.get("expires_at")
+    if expires is None:
+        return None
+    deadline = datetime.fromisoformat(expires.replace("Z", "+00:00"))
+    return (deadline - timezone.now()).total_seconds()
+
+
+async def _next_push(
+    layer: Any, channel: str, disconnected: asyncio.Future[None], seconds: float
+) -> dict[str, Any] | None:
+    """The next pushed call state, or None after ``seconds``."""
+    message = asyncio.ensure_future(layer.receive(channel))
+    done, _ = await asyncio.wait(
+        {message, disconnected}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+    )
+    if message not in done:
+        message.cancel()
+    if disconnected in done:
+        raise asyncio.CancelledError
+    return message.result()["call"] if message in done else None
+
+
+async def _wait(agent: Agent, call_id: uuid.UUID, timeout: int, receive: Receive) -> dict[str, Any]:
+    """The call's state once it is final, or when ``timeout`` seconds have passed."""
+    read = sync_to_async(_read_state, thread_sensitive=False)
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    group = call_group(call_id)
+    await layer.group_add(group, channel)
+    disconnected = asyncio.ensure_future(_until_disconnect(receive))
+    try:
+        state = await read(agent, call_id)
+        if state is None:
+            raise _Refusal(404, "not_found", NOT_FOUND)
+        clock = asyncio.get_running_loop().time
+        give_up = clock() + timeout
+        while state["status"] not in FINAL_STATUSES:
+            remaining = give_up - clock()
+            to_expiry = _seconds_to_expiry(state)
+            if to_expiry is not None and to_expiry <= 0:
+                # The deadline has come: expire the call here rather than wait for the sweep.
+                await expire_due_now()
+                state = await read(agent, call_id) or state
+                to_expiry = 0.1  # if it was extended meanwhile, look again shortly
+            if remaining <= 0:
+                return await read(agent, call_id) or state
+            wait_for = remaining if to_expiry is None else min(remaining, to_expiry)
+            state = await _next_push(layer, channel, disconnected, wait_for) or state
+        return state
+    finally:
+        disconnected.cancel()
+        await layer.group_discard(group, channel)
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def wait_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The long-poll endpoint (``agent-api.md``: ``GET /api/v1/calls/{id}/wait``)."""
+    ensure_sweeper_started()
+    try:
+        if scope["method"] != "GET":
+            raise _Refusal(405, "method_not_allowed", "This method is not allowed here.")
+        match = WAIT_PATH.match(scope["path"])
+        assert match is not None
+        agent = await _agent(scope)
+        timeout = _timeout(scope)
+        try:
+            call_id = uuid.UUID(match["call_id"])
+        except ValueError:
+            raise _Refusal(404, "not_found", NOT_FOUND) from None
+        state = await _wait(agent, call_id, timeout, receive)
+    except _Refusal as refusal:
+        headers = ((b"www-authenticate", b"Bearer"),) if refusal.status == 401 else ()
+        await send_json(
+            send, refusal.status, json_error_bytes(refusal.code, refusal.message), headers
+        )
+        return
+    except asyncio.CancelledError:
+        return  # the client went away: nobody to answer
+    await send_json(send, 200, json.dumps(state).encode())

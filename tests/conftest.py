@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _plain_static_storage(settings: Any) -> None:
+    """Tests run without collectstatic, so the manifest storage has no manifest to read."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
