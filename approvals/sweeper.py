@@ -41,8 +41,9 @@ async def _sweep_forever() -> None:
 def ensure_sweeper_started() -> None:
     """Start this process's sweep on the running event loop, once."""
     global _task
-    if _task is None or _task.done():
-        _task = asyncio.get_running_loop().create_task(_sweep_forever())
+    loop = asyncio.get_running_loop()
+    if _task is None or _task.done() or _task.get_loop() is not loop:
+        _task = loop.create_task(_sweep_forever())
 
 
 async def expire_due_now() -> None:

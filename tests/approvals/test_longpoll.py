@@ -1,0 +1,172 @@
+"""GET /api/v1/calls/{id}/wait through the real ASGI application (no thread per waiter)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import ApplicationCommunicator, HttpCommunicator
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+
+from approvals.models import Agent, AgentToken, Call
+from approvals.services.calls import Submission, call_submit
+from approvals.services.decisions import call_decide
+from approvals.services.rules import cap_rule_save
+from config.asgi import application
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+TOKEN = "cs_longpoll-test-token"
+
+
+def _held_call(token: str = TOKEN, name: str = "bot") -> Call:
+    agent = Agent.objects.create(name=name, principal="carol", mode="danger_full_access")
+    AgentToken.objects.create(
+        agent=agent, digest=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:8]
+    )
+    cap_rule_save(line=f"big-{name}: pay arg=amount max USD 500.00 -> gate")
+    call, _ = call_submit(
+        agent=agent,
+        submission=Submission(tool="pay", arguments='{"amount": "600.00"}', principal="carol"),
+    )
+    assert call.status == "pending"
+    return call
+
+
+def _approver() -> User:
+    user = User.objects.create_user("alice", password="x")
+    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
+    return User.objects.get(pk=user.pk)
+
+
+def _decide(call: Call, *, approve: bool, comment: str) -> None:
+    call_decide(
+        call_id=call.pk,
+        user=_approver(),
+        approve=approve,
+        comment=comment,
+        arguments_sha256=call.arguments_sha256,
+    )
+
+
+def _wait(
+    call_id: object, query: str = "timeout=5", token: str = TOKEN, method: str = "GET"
+) -> HttpCommunicator:
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    return HttpCommunicator(
+        application, method, f"/api/v1/calls/{call_id}/wait?{query}", headers=headers
+    )
+
+
+async def _answer(communicator: HttpCommunicator, timeout: float = 5) -> tuple[int, dict[str, Any]]:
+    response = await communicator.get_response(timeout=timeout)
+    return response["status"], json.loads(response["body"])
+
+
+async def test_an_approval_reaches_the_waiting_agent_at_once() -> None:
+    call = await sync_to_async(_held_call)()
+    waiter = _wait(call.pk)
+    answer = asyncio.ensure_future(_answer(waiter))
+    await asyncio.sleep(0.3)
+    assert not answer.done()
+    started = asyncio.get_running_loop().time()
+    await sync_to_async(_decide)(call, approve=True, comment="go ahead")
+    status, state = await answer
+    assert asyncio.get_running_loop().time() - started < 1.0
+    assert status == 200
+    assert state["status"] == "approved"
+    assert state["decision"]["comment"] == "go ahead"
+    assert state["decision"]["by"] == "alice"
+
+
+async def test_a_deny_returns_the_comment() -> None:
+    call = await sync_to_async(_held_call)()
+    answer = asyncio.ensure_future(_answer(_wait(call.pk)))
+    await asyncio.sleep(0.2)
+    await sync_to_async(_decide)(call, approve=False, comment="not this payee")
+    status, state = await answer
+    assert (status, state["status"], state["decision"]["comment"]) == (
+        200,
+        "denied",
+        "not this payee",
+    )
+
+
+async def test_a_decision_made_before_the_wait_is_answered_first_thing() -> None:
+    call = await sync_to_async(_held_call)()
+    await sync_to_async(_decide)(call, approve=True, comment="")
+    status, state = await _answer(_wait(call.pk), timeout=1)
+    assert (status, state["status"]) == (200, "approved")
+
+
+async def test_timeout_answers_with_the_state_as_it_is() -> None:
+    call = await sync_to_async(_held_call)()
+    started = asyncio.get_running_loop().time()
+    status, state = await _answer(_wait(call.pk, "timeout=1"), timeout=3)
+    assert (status, state["status"]) == (200, "pending")
+    assert asyncio.get_running_loop().time() - started >= 0.9
+    status, state = await _answer(_wait(call.pk, "timeout=0"), timeout=1)
+    assert (status, state["status"]) == (200, "pending")
+
+
+async def test_the_deadline_expires_the_call_for_the_waiter() -> None:
+    call = await sync_to_async(_held_call)()
+    soon = timezone.now() + timedelta(seconds=1)
+    await sync_to_async(Call.objects.filter(pk=call.pk).update)(expires_at=soon)
+    status, state = await _answer(_wait(call.pk, "timeout=10"), timeout=4)
+    assert (status, state["status"]) == (200, "expired")
+    assert state["decision"]["by"] is None
+
+
+@pytest.mark.parametrize("query", ["timeout=abc", "timeout=-1", "timeout=61", "timeout=1.5"])
+async def test_a_bad_timeout_is_400(query: str) -> None:
+    call = await sync_to_async(_held_call)()
+    status, body = await _answer(_wait(call.pk, query), timeout=1)
+    assert status == 400
+    assert body["error"]["code"] == "bad_request"
+
+
+async def test_without_a_token_it_is_401_with_the_challenge() -> None:
+    call = await sync_to_async(_held_call)()
+    response = await _wait(call.pk, token="").get_response(timeout=1)
+    assert response["status"] == 401
+    assert (b"www-authenticate", b"Bearer") in response["headers"]
+
+
+async def test_another_agents_call_and_a_malformed_id_are_404() -> None:
+    call = await sync_to_async(_held_call)()
+    await sync_to_async(_held_call)(token="cs_other-agent-token", name="other")
+    status, _ = await _answer(_wait(call.pk, token="cs_other-agent-token"), timeout=1)
+    assert status == 404
+    status, _ = await _answer(_wait("not-a-uuid"), timeout=1)
+    assert status == 404
+
+
+async def test_other_methods_are_405() -> None:
+    call = await sync_to_async(_held_call)()
+    status, body = await _answer(_wait(call.pk, method="POST"), timeout=1)
+    assert (status, body["error"]["code"]) == (405, "method_not_allowed")
+
+
+async def test_a_client_that_goes_away_ends_the_wait() -> None:
+    call = await sync_to_async(_held_call)()
+    communicator = ApplicationCommunicator(  # type: ignore[no-untyped-call]
+        application,
+        {
+            "type": "http",
+            "method": "GET",
+            "path": f"/api/v1/calls/{call.pk}/wait",
+            "query_string": b"timeout=30",
+            "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
+        },
+    )
+    await communicator.send_input({"type": "http.request", "body": b""})
+    await asyncio.sleep(0.3)
+    await communicator.send_input({"type": "http.disconnect"})
+    await communicator.wait(timeout=2)  # the app returned on its own, long before 30 s
+    assert await communicator.receive_nothing(timeout=0.1)
