@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import re
 import uuid
 from typing import Any
@@ -20,7 +19,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 import capcore
-from approvals import selectors
+from approvals import jsontext, selectors
 from approvals.models import Agent, Call
 from approvals.services.calls import IdempotencyConflict, Submission, call_submit
 from approvals.services.lifecycle import AlreadyFinal, call_cancel
@@ -212,21 +211,6 @@ def _http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
 # --- reading the submit body --------------------------------------------------------------
 
 
-def _compact(value: object) -> str:
-    """An ``arguments`` object as compact JSON: members in the order received, numbers exactly
-    as written, non-ASCII unescaped."""
-    if type(value) is dict:
-        members = (f"{_compact(name)}:{_compact(member)}" for name, member in value.items())
-        return "{" + ",".join(members) + "}"
-    if type(value) is list:
-        return "[" + ",".join(_compact(item) for item in value) + "]"
-    if type(value) is capcore.JSONNumber:
-        return str(value)
-    if type(value) is str:
-        return json.dumps(value, ensure_ascii=False)
-    return {True: "true", False: "false", None: "null"}[value]  # type: ignore[index]
-
-
 def _text_field(body: dict[str, object], field: str, default: str) -> str:
     value = body.get(field, default)
     limit = TEXT_LIMITS[field]
@@ -282,7 +266,7 @@ def _submission(request: HttpRequest, agent: Agent) -> Submission:
     if type(raw_arguments) is str:
         arguments = raw_arguments
     elif type(raw_arguments) is dict:
-        arguments = _compact(raw_arguments)
+        arguments = jsontext.compact(raw_arguments)
     else:
         raise ApiError(400, "bad_request", BAD_ARGUMENTS)
     principal = _text_field(body, "principal", agent.principal)
