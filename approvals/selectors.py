@@ -12,9 +12,11 @@ from typing import Any
 from django.db.models import Q, Sum
 
 import capcore
+from approvals import jsontext
 from approvals.models import (
     Agent,
     AgentToken,
+    AuditEntry,
     Budget,
     Call,
     CapRule,
@@ -187,3 +189,35 @@ def calls_for_agent(
         .order_by("-created_at", "-pk")[offset : offset + limit]
     )
     return page, calls.count()
+
+
+@dataclass(frozen=True, slots=True)
+class CallPage:
+    """What the call page shows: the call, its arguments for people, and its audit trail."""
+
+    call: Call
+    arguments_pretty: str
+    arguments_readable: bool
+    audit: list[AuditEntry]
+
+
+def call_page(*, call_id: uuid.UUID) -> CallPage | None:
+    call = (
+        Call.objects.select_related("agent", "decided_by")
+        .prefetch_related("approvals__user")
+        .filter(pk=call_id)
+        .first()
+    )
+    if call is None:
+        return None
+    try:
+        pretty, readable = jsontext.pretty(capcore.parse_arguments(call.arguments)), True
+    except capcore.ArgsNotStrict:
+        # Shown as received (escaped by the template), and marked as not strict JSON.
+        pretty, readable = call.arguments, False
+    audit = list(
+        AuditEntry.objects.filter(object_type="call", object_id=str(call.pk))
+        .select_related("user", "agent")
+        .order_by("at", "pk")
+    )
+    return CallPage(call, pretty, readable, audit)

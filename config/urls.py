@@ -1,13 +1,15 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import URLPattern, URLResolver, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals.api import api, api_not_found
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("approvals.urls")),
     path("api/v1/", api.urls),
     re_path(r"^api/", csrf_exempt(api_not_found)),
 ]

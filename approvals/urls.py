@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.urls import URLPattern, path
+
+from approvals import views
+
+urlpatterns: list[URLPattern] = [
+    path("calls/<uuid:call_id>/", views.call_detail, name="call-detail"),
+    path("calls/<uuid:call_id>/approve", views.call_approve, name="call-approve"),
+    path("calls/<uuid:call_id>/deny", views.call_deny, name="call-deny"),
+    path("calls/<uuid:call_id>/extend", views.call_extend_deadline, name="call-extend"),
+]
