@@ -3,6 +3,7 @@ read here and nowhere else (see docs/settings.md)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -84,7 +85,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+    # File-backed, so threads and server processes in tests share it; one file per test run
+    # (child processes inherit the suffix), so two runs at once do not delete each other's.
+    run = os.environ.setdefault("COUNTERSIGN_TEST_RUN", str(os.getpid()))
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{run}.sqlite3")}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = True
 

@@ -1,0 +1,260 @@
+"""Agent WebSockets: one call's state until it is final, or every change to an agent's calls.
+
+Agents authenticate with the handshake's ``Authorization: Bearer`` header only — never a
+session cookie — and face no Origin check (non-browser clients send none). A refusal is a
+close code sent *after* ``accept()``, because daphne turns a close before it into a bare
+HTTP 403. The database is the truth and pushes are hints: each socket joins its group first
+and then reads and sends the current state, so no change is lost between the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.utils import timezone
+
+from approvals.models import Agent, Call
+from approvals.notify import agent_group, call_group
+from approvals.selectors import FINAL_STATUSES, agent_for_token, call_for_agent, call_state
+from approvals.sweeper import ensure_sweeper_started, expire_due_now
+
+logger = logging.getLogger(__name__)
+
+CLOSE_NORMAL = 1000
+CLOSE_BAD_REQUEST = 4400
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+# How soon a waiter tries again when its call is past its deadline but still pending (the
+# expiry failed, or lost a race with a decision that is still committing).
+EXPIRY_RETRY_SECONDS = 0.5
+
+State = dict[str, Any]
+
+
+def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The token of exactly one ``Authorization: Bearer <token>`` header, else None."""
+    values = [value for name, value in headers if name.lower() == b"authorization"]
+    if len(values) != 1:
+        return None
+    scheme, _, token = values[0].decode("latin-1").strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def parse_since(query_string: bytes) -> datetime | None:
+    """The ``since`` query parameter as an aware time; None when absent.
+
+    Raises ``ValueError`` when it is repeated or not an ISO 8601 time. A time without an
+    offset is UTC.
+    """
+    values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True).get("since")
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise ValueError("since is given more than once")
+    # An offset's "+" arrives as a space when the client did not percent-encode it; a space
+    # is never part of a valid time, so reading it back as "+" only accepts more.
+    text = values[0].strip().replace(" ", "+")
+    try:
+        moment = datetime.fromisoformat(text)
+        if timezone.is_naive(moment):
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)
+    except OverflowError as error:
+        raise ValueError("since is out of range") from error
+
+
+@database_sync_to_async
+def _agent_for_token(token: str) -> Agent | None:
+    return agent_for_token(token)
+
+
+@database_sync_to_async
+def _owns_call(agent: Agent, call_id: uuid.UUID) -> bool:
+    return Call.objects.filter(pk=call_id, agent=agent).exists()
+
+
+@database_sync_to_async
+def _call_state(agent: Agent, call_id: uuid.UUID) -> State | None:
+    call = call_for_agent(agent=agent, call_id=call_id)
+    return None if call is None else call_state(call)
+
+
+@database_sync_to_async
+def _agent_states(agent: Agent, since: datetime | None) -> list[State]:
+    """The agent's calls changed since ``since`` (default: its pending ones), oldest first."""
+    calls = Call.objects.filter(agent=agent).select_related("decided_by")
+    if since is None:
+        calls = calls.filter(status="pending").order_by("created_at", "pk")
+    else:
+        calls = calls.filter(updated_at__gte=since).order_by("updated_at", "created_at", "pk")
+    return [call_state(call) for call in calls.prefetch_related("approvals__user")]
+
+
+class _AgentConsumer(AsyncJsonWebsocketConsumer):
+    """Bearer authentication, group membership, and deaf ears for anything the agent sends."""
+
+    async def _authenticate(self) -> Agent | None:
+        """The socket's active agent; otherwise the (accepted) socket is closed with
+        ``4401`` (missing or unknown token) or ``4403`` (disabled agent) and this is None."""
+        token = bearer_token(self.scope["headers"])
+        agent = None if token is None else await _agent_for_token(token)
+        if agent is None:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return None
+        if not agent.active:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return None
+        return agent
+
+    async def _join(self, group: str) -> None:
+        # Listed in self.groups, the group is left by websocket_disconnect.
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.groups.append(group)
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """Agents have nothing to say on these sockets: whatever they send is ignored."""
+
+    async def _send_state(self, state: State) -> None:
+        await self.send_json({"type": "call", "call": state})
+
+
+class AgentCallConsumer(_AgentConsumer):
+    """``/ws/v1/calls/<id>``: the call's state now, every change, and a ``1000`` close once it
+    is final. While the call is pending the socket also sleeps until its deadline and then
+    expires it itself, so the agent learns ``expired`` on time even if the sweep lags."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agent: Agent | None = None
+        self.call_id: uuid.UUID | None = None
+        self._finished = False
+        self._last_sent: State | None = None
+        self._deadline: str | None = None  # the expires_at the timer is armed for
+        self._timer: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        ensure_sweeper_started()
+        await self.accept()
+        agent = await self._authenticate()
+        if agent is None:
+            return
+        call_id: uuid.UUID = self.scope["url_route"]["kwargs"]["call_id"]
+        if not await _owns_call(agent, call_id):
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.agent, self.call_id = agent, call_id
+        await self._join(call_group(call_id))
+        await self._refresh()
+
+    async def disconnect(self, code: int) -> None:
+        self._finished = True
+        self._stop_timer()
+
+    async def call_changed(self, event: dict[str, Any]) -> None:
+        """A push from ``approvals.notify``: it carries the full state, no need to re-read."""
+        state: State = event["call"]
+        if state.get("id") == str(self.call_id):
+            await self._deliver(state)
+
+    async def _refresh(self) -> None:
+        """Send the state as the database has it."""
+        await self._deliver(await self._read())
+
+    async def _read(self) -> State | None:
+        assert self.agent is not None
+        assert self.call_id is not None
+        return await _call_state(self.agent, self.call_id)
+
+    async def _deliver(self, state: State | None) -> None:
+        """Send a state unless it is a repeat; close after a final one; else (re)arm the
+        deadline timer, since the deadline can have been extended. None: the call is gone."""
+        if self._finished or state == self._last_sent:
+            return
+        if state is None:  # deleted while watched
+            self._finished = True
+            self._stop_timer()
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self._last_sent = state
+        if state["status"] in FINAL_STATUSES:
+            self._finished = True
+            self._stop_timer()
+            await self._send_state(state)
+            await self.close(code=CLOSE_NORMAL)
+            return
+        # Armed before the send's await, so that the latest state sent always sets the timer.
+        self._arm(state.get("expires_at"))
+        await self._send_state(state)
+
+    def _arm(self, expires_at: str | None) -> None:
+        if expires_at == self._deadline and self._timer is not None:
+            return
+        self._stop_timer()
+        self._deadline = expires_at
+        if expires_at is not None:
+            deadline = datetime.fromisoformat(expires_at)
+            self._timer = asyncio.get_running_loop().create_task(self._expire_at(deadline))
+
+    def _stop_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        # The timer itself re-arms through _deliver: it must not cancel its own last steps.
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+
+    async def _expire_at(self, deadline: datetime) -> None:
+        """Sleep until the deadline, expire what is due, and send the state as it is then."""
+        await asyncio.sleep(max((deadline - timezone.now()).total_seconds(), 0.0))
+        while True:
+            try:
+                await expire_due_now()
+            except Exception:
+                logger.exception("expiring call %s at its deadline failed", self.call_id)
+            state = await self._read()
+            if (
+                state is None
+                or state["status"] != "pending"
+                or state["expires_at"] != self._deadline
+            ):
+                break
+            # Still pending with this deadline: woken early, or the expiry did not go through.
+            remaining = (deadline - timezone.now()).total_seconds()
+            await asyncio.sleep(remaining if remaining > 0 else EXPIRY_RETRY_SECONDS)
+        await self._deliver(state)
+
+
+class AgentStreamConsumer(_AgentConsumer):
+    """``/ws/v1/agent[?since=<ISO 8601>]``: the state of every call of the agent changed since
+    ``since`` (default: its pending calls), oldest first, then every change as it happens."""
+
+    async def connect(self) -> None:
+        ensure_sweeper_started()
+        await self.accept()
+        agent = await self._authenticate()
+        if agent is None:
+            return
+        try:
+            since = parse_since(self.scope["query_string"])
+        except ValueError:
+            await self.close(code=CLOSE_BAD_REQUEST)
+            return
+        await self._join(agent_group(agent.pk))
+        for state in await _agent_states(agent, since):
+            await self._send_state(state)
+
+    async def call_changed(self, event: dict[str, Any]) -> None:
+        await self._send_state(event["call"])

@@ -1,0 +1,350 @@
+"""Agent WebSockets: bearer auth and its close codes, state on connect, pushes, expiry."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+
+from approvals.models import Agent, AgentToken, Call
+from approvals.selectors import call_state
+from approvals.services.calls import Submission, call_submit
+from approvals.services.decisions import call_decide
+from approvals.services.lifecycle import EXPIRED_COMMENT, call_extend
+from approvals.services.rules import cap_rule_save
+from config.asgi import application
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+TOKEN = "cs_bot-token-0123456789"
+OTHER_TOKEN = "cs_other-token-0123456789"
+IDLE_TOKEN = "cs_idle-token-0123456789"
+
+
+def make_agent(name: str, token: str, *, active: bool = True) -> Agent:
+    agent = Agent.objects.create(
+        name=name, principal="carol", mode="danger_full_access", active=active
+    )
+    AgentToken.objects.create(
+        agent=agent, digest=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:8]
+    )
+    return agent
+
+
+@pytest.fixture
+def agent(transactional_db: None) -> Agent:
+    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    return make_agent("bot", TOKEN)
+
+
+@pytest.fixture
+def approver(transactional_db: None) -> User:
+    user = User.objects.create_user("alice", password="x")
+    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
+    return User.objects.get(pk=user.pk)  # fresh: permissions are cached per instance
+
+
+@pytest.fixture
+def no_sweeper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the socket's own timer can expire anything."""
+    monkeypatch.setattr("approvals.consumers.ensure_sweeper_started", lambda: None)
+
+
+def _submit(agent: Agent, amount: str) -> Call:
+    call, _ = call_submit(
+        agent=agent,
+        submission=Submission(tool="pay", arguments=f'{{"amount": "{amount}"}}', principal="carol"),
+    )
+    return call
+
+
+async def submit(agent: Agent, amount: str = "600.00") -> Call:
+    """A held call by default (over the 500.00 cap); an allowed one under it."""
+    return await sync_to_async(_submit, thread_sensitive=True)(agent, amount)
+
+
+def _decide(call: Call, user: User, approve: bool, comment: str) -> Call:
+    return call_decide(
+        call_id=call.pk,
+        user=user,
+        approve=approve,
+        comment=comment,
+        arguments_sha256=call.arguments_sha256,
+    )
+
+
+async def decide(call: Call, user: User, *, approve: bool = True, comment: str = "") -> Call:
+    return await sync_to_async(_decide, thread_sensitive=True)(call, user, approve, comment)
+
+
+def _state(call_id: uuid.UUID) -> dict[str, Any]:
+    return call_state(
+        Call.objects.select_related("decided_by")
+        .prefetch_related("approvals__user")
+        .get(pk=call_id)
+    )
+
+
+async def state_of(call: Call) -> dict[str, Any]:
+    return await sync_to_async(_state, thread_sensitive=True)(call.pk)
+
+
+async def set_deadline(call: Call, seconds: float) -> None:
+    deadline = timezone.now() + timedelta(seconds=seconds)
+    await sync_to_async(Call.objects.filter(pk=call.pk).update, thread_sensitive=True)(
+        expires_at=deadline
+    )
+
+
+def socket(
+    path: str, token: str | None = TOKEN, *extra: tuple[bytes, bytes]
+) -> WebsocketCommunicator:
+    headers = [] if token is None else [(b"authorization", f"Bearer {token}".encode())]
+    return WebsocketCommunicator(application, path, headers=[*headers, *extra])
+
+
+async def opened(
+    path: str, token: str | None = TOKEN, *extra: tuple[bytes, bytes]
+) -> WebsocketCommunicator:
+    communicator = socket(path, token, *extra)
+    connected, _ = await communicator.connect()
+    assert connected  # refusals are close codes after the accept, never a bare 403
+    return communicator
+
+
+async def receive_call(communicator: WebsocketCommunicator, timeout: float = 1) -> dict[str, Any]:
+    message = await communicator.receive_json_from(timeout)
+    assert message["type"] == "call"
+    call: dict[str, Any] = message["call"]
+    return call
+
+
+async def assert_closed(communicator: WebsocketCommunicator, code: int) -> None:
+    """The next thing the socket does is close with ``code``: no state was sent before."""
+    assert await communicator.receive_output(1) == {"type": "websocket.close", "code": code}
+    await communicator.disconnect(code)
+
+
+def call_path(call: Call | uuid.UUID) -> str:
+    return f"/ws/v1/calls/{call.pk if isinstance(call, Call) else call}"
+
+
+# --- /ws/v1/calls/<id> ----------------------------------------------------------------------
+
+
+async def test_connect_sends_the_current_state(agent: Agent) -> None:
+    call = await submit(agent)
+    # Agents send no Origin (or any Origin): agent routes have no browser Origin check.
+    communicator = await opened(call_path(call), TOKEN, (b"origin", b"https://elsewhere.example"))
+    state = await receive_call(communicator)
+    assert state == await state_of(call)
+    assert state["status"] == "pending"
+    assert state["links"]["ws"] == call_path(call)
+    assert await communicator.receive_nothing(0.2)
+    await communicator.disconnect()
+
+
+async def test_approval_is_pushed_as_the_final_state_then_closes(
+    agent: Agent, approver: User
+) -> None:
+    call = await submit(agent)
+    communicator = await opened(call_path(call))
+    assert (await receive_call(communicator))["status"] == "pending"
+    await decide(call, approver, comment="paid, thanks")
+    state = await receive_call(communicator)
+    assert state["status"] == "approved"
+    assert state["decision"]["by"] == "alice"
+    assert state["decision"]["comment"] == "paid, thanks"
+    assert [approval["by"] for approval in state["approvals"]] == ["alice"]
+    assert state["expires_at"] is None
+    await assert_closed(communicator, 1000)
+
+
+async def test_denial_is_pushed_with_the_reviewers_comment(agent: Agent, approver: User) -> None:
+    call = await submit(agent)
+    communicator = await opened(call_path(call))
+    await receive_call(communicator)
+    await decide(call, approver, approve=False, comment="too much")
+    state = await receive_call(communicator)
+    assert (state["status"], state["decision"]["comment"]) == ("denied", "too much")
+    await assert_closed(communicator, 1000)
+
+
+async def test_connecting_after_the_decision_gets_the_final_state_and_a_close(
+    agent: Agent, approver: User
+) -> None:
+    call = await submit(agent)
+    await decide(call, approver, comment="ok")
+    communicator = await opened(call_path(call))
+    state = await receive_call(communicator)
+    assert (state["status"], state["decision"]["comment"]) == ("approved", "ok")
+    await assert_closed(communicator, 1000)
+
+
+async def test_a_call_allowed_at_once_is_final_at_connect(agent: Agent) -> None:
+    call = await submit(agent, "12.50")
+    communicator = await opened(call_path(call))
+    assert (await receive_call(communicator))["status"] == "allowed"
+    await assert_closed(communicator, 1000)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [],
+        [(b"authorization", b"Bearer not-a-token")],
+        [(b"authorization", f"Basic {TOKEN}".encode())],
+        [(b"authorization", b"Bearer ")],
+        # A session cookie never authenticates an agent socket.
+        [(b"cookie", f"sessionid={TOKEN}".encode())],
+    ],
+    ids=["missing", "unknown", "not-bearer", "empty", "cookie-only"],
+)
+async def test_a_bad_token_is_closed_with_4401(
+    agent: Agent, headers: list[tuple[bytes, bytes]]
+) -> None:
+    call = await submit(agent)
+    communicator = await opened(call_path(call), None, *headers)
+    await assert_closed(communicator, 4401)
+
+
+async def test_a_revoked_token_is_closed_with_4401(agent: Agent) -> None:
+    call = await submit(agent)
+    await sync_to_async(AgentToken.objects.filter(agent=agent).update, thread_sensitive=True)(
+        revoked_at=timezone.now()
+    )
+    await assert_closed(await opened(call_path(call)), 4401)
+
+
+async def test_another_agents_call_or_a_missing_one_is_closed_with_4404(agent: Agent) -> None:
+    call = await submit(agent)
+    await sync_to_async(make_agent, thread_sensitive=True)("other", OTHER_TOKEN)
+    await assert_closed(await opened(call_path(call), OTHER_TOKEN), 4404)
+    await assert_closed(await opened(call_path(uuid.uuid4())), 4404)
+
+
+async def test_a_disabled_agent_is_closed_with_4403(agent: Agent) -> None:
+    idle = await sync_to_async(make_agent, thread_sensitive=True)("idle", IDLE_TOKEN, active=False)
+    call = await submit(agent)
+    await sync_to_async(Call.objects.filter(pk=call.pk).update, thread_sensitive=True)(agent=idle)
+    await assert_closed(await opened(call_path(call), IDLE_TOKEN), 4403)
+
+
+async def test_the_socket_expires_its_call_at_the_deadline_by_itself(
+    agent: Agent, no_sweeper: None
+) -> None:
+    call = await submit(agent)
+    await set_deadline(call, 1)
+    communicator = await opened(call_path(call))
+    assert (await receive_call(communicator))["status"] == "pending"
+    started = time.monotonic()
+    state = await receive_call(communicator, timeout=3)
+    assert time.monotonic() - started < 2.5
+    assert state["status"] == "expired"
+    assert state["decision"] == {
+        "by": None,
+        "comment": EXPIRED_COMMENT,
+        "at": state["decision"]["at"],
+    }
+    await assert_closed(communicator, 1000)
+
+
+async def test_an_extended_deadline_is_pushed_and_the_old_one_no_longer_expires(
+    agent: Agent, approver: User, no_sweeper: None
+) -> None:
+    call = await submit(agent)
+    await set_deadline(call, 1)
+    communicator = await opened(call_path(call))
+    first = await receive_call(communicator)
+    await sync_to_async(call_extend, thread_sensitive=True)(call_id=call.pk, user=approver)
+    extended = await receive_call(communicator)
+    assert extended["status"] == "pending"
+    assert extended["expires_at"] > first["expires_at"]
+    # The first deadline passes: nothing happens, the call waits for the new one.
+    assert await communicator.receive_nothing(1.5)
+    assert (await state_of(call))["status"] == "pending"
+    await communicator.disconnect()
+
+
+async def test_client_frames_are_ignored(agent: Agent) -> None:
+    call = await submit(agent)
+    communicator = await opened(call_path(call))
+    await receive_call(communicator)
+    await communicator.send_to(text_data="not json")
+    await communicator.send_to(bytes_data=b"\x00")
+    assert await communicator.receive_nothing(0.2)
+    await communicator.disconnect()
+
+
+# --- /ws/v1/agent ---------------------------------------------------------------------------
+
+
+async def test_the_agent_stream_sends_pending_calls_then_changes(
+    agent: Agent, approver: User
+) -> None:
+    first = await submit(agent)
+    await submit(agent, "12.50")  # allowed: not pending, not sent
+    second = await submit(agent)
+    other = await sync_to_async(make_agent, thread_sensitive=True)("other", OTHER_TOKEN)
+    await submit(other)  # another agent's: never sent
+    communicator = await opened("/ws/v1/agent")
+    assert [(await receive_call(communicator))["id"] for _ in range(2)] == [
+        str(first.pk),
+        str(second.pk),
+    ]
+    assert await communicator.receive_nothing(0.2)
+    await decide(second, approver, comment="fine")
+    state = await receive_call(communicator)
+    assert (state["id"], state["status"]) == (str(second.pk), "approved")
+    assert state["decision"]["comment"] == "fine"
+    await submit(other)
+    later = await submit(agent)
+    assert (await receive_call(communicator))["id"] == str(later.pk)
+    await communicator.disconnect()
+
+
+async def test_since_sends_every_call_changed_since_oldest_first(agent: Agent) -> None:
+    old = await submit(agent, "1.00")
+    await sync_to_async(Call.objects.filter(pk=old.pk).update, thread_sensitive=True)(
+        updated_at=timezone.now() - timedelta(hours=2)
+    )
+    allowed = await submit(agent, "12.50")
+    held = await submit(agent)
+    since = (timezone.now() - timedelta(hours=1)).isoformat()
+    communicator = await opened(f"/ws/v1/agent?{urlencode({'since': since})}")
+    states = [await receive_call(communicator) for _ in range(2)]
+    assert [(s["id"], s["status"]) for s in states] == [
+        (str(allowed.pk), "allowed"),
+        (str(held.pk), "pending"),
+    ]
+    assert await communicator.receive_nothing(0.2)
+    await communicator.disconnect()
+
+
+async def test_since_accepts_a_z_time_and_an_unencoded_offset(agent: Agent) -> None:
+    call = await submit(agent, "12.50")
+    for since in ("2000-01-01T00:00:00Z", "2000-01-01T00:00:00+00:00"):
+        communicator = await opened(f"/ws/v1/agent?since={since}")
+        assert (await receive_call(communicator))["id"] == str(call.pk)
+        await communicator.disconnect()
+
+
+@pytest.mark.parametrize("since", ["yesterday", "", "2026-13-01T00:00:00Z", "1"])
+async def test_a_malformed_since_is_closed_with_4400(agent: Agent, since: str) -> None:
+    await submit(agent)
+    await assert_closed(await opened(f"/ws/v1/agent?{urlencode({'since': since})}"), 4400)
+
+
+async def test_the_agent_stream_authenticates_like_the_call_socket(agent: Agent) -> None:
+    await assert_closed(await opened("/ws/v1/agent", "wrong"), 4401)
+    await sync_to_async(make_agent, thread_sensitive=True)("idle", IDLE_TOKEN, active=False)
+    await assert_closed(await opened("/ws/v1/agent", IDLE_TOKEN), 4403)
