@@ -29,7 +29,7 @@ from approvals.middleware import Receive, Scope, Send, json_error_bytes, send_js
 from approvals.models import Agent
 from approvals.notify import call_group
 from approvals.selectors import FINAL_STATUSES
-from approvals.sweeper import ensure_sweeper_started, expire_due_now
+from approvals.sweeper import expire_due_now
 
 WAIT_PATH = re.compile(r"^/api/v1/calls/(?P<call_id>[^/]+)/wait$")
 DEFAULT_TIMEOUT = 25
@@ -148,7 +148,6 @@ async def _until_disconnect(receive: Receive) -> None:
 
 async def wait_app(scope: Scope, receive: Receive, send: Send) -> None:
     """The long-poll endpoint (``agent-api.md``: ``GET /api/v1/calls/{id}/wait``)."""
-    ensure_sweeper_started()
     try:
         if scope["method"] != "GET":
             raise _Refusal(405, "method_not_allowed", "This method is not allowed here.")

@@ -16,9 +16,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from approvals.longpoll import WAIT_PATH, wait_app  # noqa: E402
 from approvals.middleware import BodyLimit, Receive, Scope, Send  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
+from approvals.sweeper import ensure_sweeper_started  # noqa: E402
 
 
 async def http(scope: Scope, receive: Receive, send: Send) -> None:
+    # daphne sends no lifespan events: the first request of the process starts the sweep.
+    ensure_sweeper_started()
     if WAIT_PATH.match(scope["path"]):
         await wait_app(scope, receive, send)
     else:

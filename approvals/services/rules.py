@@ -1,31 +1,82 @@
-"""Writes on cap rules: the line is the rule; its gates exist as soon as it does."""
+"""Writes on cap rules and budgets: the line is the rule; its gates exist as soon as it does.
+
+Also the rules file: ``rules_import`` (all or nothing) and ``rules_export`` (canonical lines).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 import capcore
-from approvals.models import AuditEntry, CapRule, Gate
+from approvals.models import AuditEntry, Budget, CapRule, Gate
+
+_BLANKS = " \t"  # the grammar's blanks; any other character is the parser's to refuse
+
+
+class CapRuleNameTaken(Exception):
+    """Another rule already has this name (names match under casefold)."""
+
+
+def gate_ensure(*, name: str, by_user: User | None = None) -> Gate:
+    """The gate called ``name``, created with the defaults of ``policies.md`` if missing
+    (in the caller's transaction), so a rule can never hold a call at a gate nobody set up."""
+    gate, created = Gate.objects.get_or_create(name=name)
+    if created:
+        AuditEntry.objects.create(
+            at=timezone.now(),
+            user=by_user,
+            action="gate created",
+            object_type="gate",
+            object_id=str(gate.pk),
+            after=f"name={gate.name!r} required_approvals={gate.required_approvals}",
+        )
+    return gate
 
 
 @transaction.atomic
-def cap_rule_save(*, line: str, enabled: bool = True, description: str = "") -> CapRule:
+def cap_rule_save(
+    *,
+    line: str,
+    enabled: bool = True,
+    description: str | None = None,
+    rule: CapRule | None = None,
+    by_user: User | None = None,
+) -> CapRule:
     """Create or update the rule named in ``line`` (names match under casefold; the line's
-    spelling wins). Refuses a line that does not parse with ``capcore.RuleError``."""
-    rule = capcore.parse_rule(line)
-    if rule.action.kind is capcore.ActionKind.GATE:
-        Gate.objects.get_or_create(name=rule.action.gate)
-    existing = CapRule.objects.filter(name_folded=rule.name.casefold()).first()
-    before = existing.line if existing is not None else ""
-    row = existing or CapRule(name_folded=rule.name.casefold())
-    row.name = rule.name
-    row.line = line.strip(" \t")
+    spelling wins). Refuses a line that does not parse with ``capcore.RuleError``.
+
+    ``description`` None keeps the stored one. With ``rule`` (the row an admin is editing)
+    that row is updated even when the line renames it — a new name starts a new ledger — and
+    a name another rule already has is refused with ``CapRuleNameTaken``.
+    """
+    parsed = capcore.parse_rule(line)
+    folded = parsed.name.casefold()
+    holder = CapRule.objects.select_for_update().filter(name_folded=folded).first()
+    if rule is None:
+        row = holder or CapRule()
+    elif holder is not None and holder.pk != rule.pk:
+        raise CapRuleNameTaken
+    else:
+        row = rule
+    if parsed.action.kind is capcore.ActionKind.GATE:
+        gate_ensure(name=parsed.action.gate, by_user=by_user)
+    before = ""
+    if row.pk is not None:
+        before = CapRule.objects.filter(pk=row.pk).values_list("line", flat=True).first() or ""
+    row.name = parsed.name
+    row.name_folded = folded
+    row.line = line.strip(_BLANKS)
     row.enabled = enabled
-    row.description = description
+    if description is not None:
+        row.description = description
     row.save()
     AuditEntry.objects.create(
         at=timezone.now(),
+        user=by_user,
         action="cap rule saved",
         object_type="cap rule",
         object_id=str(row.pk),
@@ -33,3 +84,73 @@ def cap_rule_save(*, line: str, enabled: bool = True, description: str = "") -> 
         after=row.line,
     )
     return row
+
+
+def _rule_lines(text: str) -> list[str]:
+    """The lines of a rules file that hold a rule, as ``capcore.parse_rules`` reads them."""
+    lines = []
+    for raw in text.split("\n"):
+        line = raw.removesuffix("\r")
+        content = line.strip(_BLANKS)
+        if content and not content.startswith("#"):
+            lines.append(line)
+    return lines
+
+
+def rules_import(*, text: str, replace: bool = False, by_user: User | None = None) -> list[CapRule]:
+    """Load a rules file: every line is checked first (``capcore.RuleError`` with its line and
+    column, nothing changed), then all are created or updated by casefolded name in one
+    transaction, enabled, the file's spelling winning. ``replace`` also disables every enabled
+    rule the file does not name."""
+    parsed = capcore.parse_rules(text)
+    lines = _rule_lines(text)
+    assert len(lines) == len(parsed), "rules file lines and parsed rules disagree"
+    with transaction.atomic():
+        saved = [
+            cap_rule_save(line=line, enabled=True, description=None, by_user=by_user)
+            for line in lines
+        ]
+        if replace:
+            named = {rule.name.casefold() for rule in parsed}
+            for row in CapRule.objects.filter(enabled=True).exclude(name_folded__in=named):
+                row.enabled = False
+                row.save(update_fields=["enabled", "updated_at"])
+                AuditEntry.objects.create(
+                    at=timezone.now(),
+                    user=by_user,
+                    action="cap rule disabled",
+                    object_type="cap rule",
+                    object_id=str(row.pk),
+                    before="enabled",
+                    after="disabled (not in the imported rules file)",
+                )
+    return saved
+
+
+def rules_file_text(*, rules: Iterable[CapRule]) -> str:
+    """A rules file of these rules' canonical lines, sorted by name. A disabled rule is written
+    as a comment (so importing the file does not enable it); a stored line that no longer
+    parses is a ``# <name>: no longer parses`` comment."""
+    out = []
+    for row in sorted(rules, key=lambda r: (r.name_folded, r.name)):
+        try:
+            canonical = capcore.parse_rule(row.line).to_line()
+        except capcore.RuleError:
+            out.append(f"# {row.name}: no longer parses")
+            continue
+        out.append(canonical if row.enabled else f"# disabled: {canonical}")
+    return "".join(f"{line}\n" for line in out)
+
+
+def rules_export() -> str:
+    """The enabled rules as a rules file (canonical lines, one per line, sorted by name)."""
+    return rules_file_text(rules=CapRule.objects.filter(enabled=True))
+
+
+@transaction.atomic
+def budget_save(*, budget: Budget, by_user: User | None = None) -> Budget:
+    """Save a budget; a budget that holds calls at a gate creates that gate if missing."""
+    if budget.action == "gate":
+        gate_ensure(name=budget.gate, by_user=by_user)
+    budget.save()
+    return budget
