@@ -48,6 +48,9 @@ MIDDLEWARE = [
     "approvals.middleware.api_errors_as_json",
 ]
 
+# Messages stay on the server: admin shows a new API token once through one.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
 ROOT_URLCONF = "config.urls"
 ASGI_APPLICATION = "config.asgi.application"
 

@@ -1,0 +1,561 @@
+"""Django admin: thin. Writes go through the services; every change is audited.
+
+Calls, ledgers and the audit log are read-only. Error messages name a position or a category,
+never the text an admin typed or a model wrote.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.models import User
+from django.core import serializers
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models, transaction
+from django.db.models import QuerySet, Sum
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.utils.html import format_html
+
+import capcore
+from approvals import selectors
+from approvals.models import (
+    Agent,
+    AgentToken,
+    AuditEntry,
+    Budget,
+    Call,
+    CapRule,
+    Gate,
+    Ledger,
+    LedgerEntry,
+    PermissionRule,
+    ToolClass,
+)
+from approvals.services.agents import agent_token_issue, agent_token_revoke
+from approvals.services.rules import budget_save, cap_rule_save, rules_file_text
+
+RENAME_HELP = (
+    "The rule's ledger is kept by its name: editing the limit or window keeps the running "
+    "totals, renaming the rule starts a new, empty ledger."
+)
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z"
+
+
+# --- Audit ----------------------------------------------------------------------------------
+
+
+def _user(request: HttpRequest) -> User | None:
+    user = request.user
+    return user if isinstance(user, User) else None
+
+
+def _snapshot(obj: models.Model) -> str:
+    return str(serializers.serialize("json", [obj]))
+
+
+def _stored_snapshot(obj: models.Model) -> str:
+    """The row as the database holds it (the form has already changed ``obj`` in memory)."""
+    stored = type(obj)._default_manager.filter(pk=obj.pk).first()
+    return "" if stored is None else _snapshot(stored)
+
+
+def _audit(
+    request: HttpRequest, action: str, obj: models.Model, object_id: Any, before: str, after: str
+) -> None:
+    AuditEntry.objects.create(
+        at=timezone.now(),
+        user=_user(request),
+        action=action,
+        object_type=obj._meta.model_name or type(obj).__name__,
+        object_id=str(object_id),
+        before=before,
+        after=after,
+    )
+
+
+class AuditedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Every add, change and delete made here writes an audit entry with who made it and the
+    object before and after (as Django's JSON serialization)."""
+
+    def persist(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        """Save ``obj``; admins whose model has a service override this to call it."""
+        obj.save()
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        with transaction.atomic():
+            before = _stored_snapshot(obj) if change and obj.pk is not None else ""
+            self.persist(request, obj, form, change)
+            action = "admin change" if change else "admin add"
+            _audit(request, action, obj, obj.pk, before, _snapshot(obj))
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        with transaction.atomic():
+            object_id, before = obj.pk, _snapshot(obj)
+            obj.delete()
+            _audit(request, "admin delete", obj, object_id, before, "")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Shown, searchable, never written through the admin."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# --- Cap rules ------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(line: str) -> capcore.Rule | None:
+    try:
+        return capcore.parse_rule(line)
+    except capcore.RuleError:
+        return None
+
+
+def _money(limit: capcore.Limit) -> str:
+    return f"{limit.currency} {capcore.format_amount(limit.minor, limit.exponent, grouping=True)}"
+
+
+class CapRuleForm(forms.ModelForm):  # type: ignore[type-arg]
+    line = forms.CharField(
+        strip=False,  # the grammar decides which blanks are allowed, not the form
+        widget=forms.TextInput(attrs={"size": 120, "spellcheck": "false", "autocomplete": "off"}),
+        help_text="One cap rule, e.g. big-payment: pay,transfer arg=amount max USD 500.00 "
+        "-> gate finance. " + RENAME_HELP,
+    )
+
+    class Meta:
+        model = CapRule
+        fields = ["line", "enabled", "description"]
+        help_texts = {"description": RENAME_HELP}
+
+    def clean_line(self) -> str:
+        line: str = self.cleaned_data["line"]
+        try:
+            rule = capcore.parse_rule(line)
+        except capcore.RuleError as error:
+            # Position and expectation only: never the text that was typed.
+            raise ValidationError(
+                f"column {error.column}: expected {error.expected}", code="rule"
+            ) from None
+        taken = CapRule.objects.filter(name_folded=rule.name.casefold())
+        if self.instance.pk is not None:
+            taken = taken.exclude(pk=self.instance.pk)
+        if taken.exists():
+            raise ValidationError(
+                "another rule already has this name (names match ignoring case)", code="taken"
+            )
+        return line
+
+
+class ParsesFilter(admin.SimpleListFilter):
+    title = "parses"
+    parameter_name = "parses"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "yes"), ("no", "no: every call is refused")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() not in {"yes", "no"}:
+            return queryset
+        broken = [pk for pk, line in queryset.values_list("pk", "line") if _parsed(line) is None]
+        if self.value() == "no":
+            return queryset.filter(pk__in=broken)
+        return queryset.exclude(pk__in=broken)
+
+
+@admin.register(CapRule)
+class CapRuleAdmin(AuditedAdmin):
+    form = CapRuleForm
+    list_display = (
+        "name",
+        "enabled",
+        "parses",
+        "tools",
+        "argument",
+        "kind",
+        "limits",
+        "window",
+        "key",
+        "rule_action",
+        "updated_at",
+    )
+    list_filter = ("enabled", ParsesFilter)
+    search_fields = ("name", "line", "description")
+    ordering = ("name_folded",)
+    actions = ["export_rules_file"]
+
+    def persist(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        # Through the service: the gates the rule names are created, and the save is audited.
+        cap_rule_save(
+            line=form.cleaned_data["line"],
+            enabled=obj.enabled,
+            description=obj.description,
+            rule=obj,
+            by_user=_user(request),
+        )
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        if request.method == "GET":
+            broken = sum(
+                1
+                for line in CapRule.objects.filter(enabled=True).values_list("line", flat=True)
+                if _parsed(line) is None
+            )
+            if broken:
+                messages.error(
+                    request,
+                    f"{broken} enabled rule{'s' if broken != 1 else ''} no longer "
+                    f"parse{'s' if broken == 1 else ''}: every call is refused "
+                    "('policy error') until it is fixed or disabled.",
+                )
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="parses")
+    def parses(self, obj: CapRule) -> str:
+        if _parsed(obj.line) is not None:
+            return "✓"
+        if obj.enabled:
+            return format_html(
+                '<strong style="color:#fff;background:#ba2121;padding:2px 6px">{}</strong>',
+                "✖ NO LONGER PARSES: calls are refused",
+            )
+        return format_html('<strong style="color:#ba2121">{}</strong>', "✖ no longer parses")
+
+    @admin.display(description="tools")
+    def tools(self, obj: CapRule) -> str:
+        rule = _parsed(obj.line)
+        return "—" if rule is None else ", ".join(rule.tools)
+
+    @admin.display(description="argument")
+    def argument(self, obj: CapRule) -> str:
+        rule = _parsed(obj.line)
+        if rule is None:
+            return "—"
+        text = ".".join(rule.arg)
+        if rule.unit is capcore.Unit.MINOR:
+            text += " (minor units)"
+        if rule.currency_arg is not None:
+            text += f"; currency from {'.'.join(rule.currency_arg)}"
+        return text
+
+    @admin.display(description="kind")
+    def kind(self, obj: CapRule) -> str:
+        rule = _parsed(obj.line)
+        return "—" if rule is None else rule.kind.value
+
+    @admin.display(description="limits")
+    def limits(self, obj: CapRule) -> str:
+        rule = _parsed(obj.line)
+        return "—" if rule is None else ", ".join(_money(limit) for limit in rule.limits)
+
+    @admin.display(description="window")
+    def window(self, obj: CapRule) -> str:
+        rule = _parsed(obj.line)
+        if rule is None or rule.kind is capcore.Kind.MAX:
+            return "—"
+        return "all time" if rule.window is None else rule.window.to_text()
+
+    @admin.display(description="key")
+    def key(self, obj: CapRule) -> str:
+        rule = _parsed(obj.line)
+        if rule is None or rule.kind is capcore.Kind.MAX:
+            return "—"
+        return "one total" if rule.key is None else rule.key.to_text()
+
+    @admin.display(description="action")
+    def rule_action(self, obj: CapRule) -> str:
+        rule = _parsed(obj.line)
+        if rule is None:
+            return "—"
+        if rule.action.kind is capcore.ActionKind.REFUSE:
+            return "refuse"
+        return f"gate {rule.action.gate}" if rule.action.gate else "gate (default)"
+
+    @admin.action(description="Export as rules file")
+    def export_rules_file(self, request: HttpRequest, queryset: QuerySet[CapRule]) -> HttpResponse:
+        response = HttpResponse(
+            rules_file_text(rules=queryset), content_type="text/plain; charset=utf-8"
+        )
+        response["Content-Disposition"] = 'attachment; filename="cap-rules.txt"'
+        return response
+
+
+# --- Agents and tokens ----------------------------------------------------------------------
+
+
+class AgentTokenInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = AgentToken
+    fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    verbose_name = "API token"
+    verbose_name_plural = "API tokens (issue one with the 'Issue a token' action of the list)"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Agent)
+class AgentAdmin(AuditedAdmin):
+    list_display = ("name", "principal", "mode", "active", "active_tokens", "created_at")
+    list_filter = ("mode", "active")
+    search_fields = ("name", "principal")
+    fields = ("name", "principal", "allowed_principals", "mode", "active")
+    inlines = [AgentTokenInline]
+    actions = ["issue_token", "revoke_tokens"]
+
+    @admin.display(description="active tokens")
+    def active_tokens(self, obj: Agent) -> int:
+        return obj.tokens.filter(revoked_at__isnull=True).count()
+
+    @admin.action(description="Issue a token (shown once)", permissions=["change"])
+    def issue_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        for agent in queryset:
+            token = agent_token_issue(agent=agent, by_user=_user(request))
+            # The token is ours, not typed by anyone: shown here once, then only its digest.
+            messages.success(
+                request,
+                f"New token for agent {agent.name}: {token} — copy it now, it will not be "
+                "shown again.",
+            )
+
+    @admin.action(description="Revoke all tokens", permissions=["change"])
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        revoked = 0
+        for token_row in AgentToken.objects.filter(agent__in=queryset, revoked_at__isnull=True):
+            agent_token_revoke(token_row=token_row, by_user=_user(request))
+            revoked += 1
+        messages.success(request, f"Revoked {revoked} token{'' if revoked == 1 else 's'}.")
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("prefix", "agent", "created_at", "last_used_at", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    search_fields = ("prefix", "agent__name")
+    fields = ("agent", "prefix", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tokens are issued from the agents' list, where they are shown once
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # revoke instead: the row stays, for the audit log
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("approvals.change_agenttoken")
+
+    @admin.action(description="Revoke selected tokens", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
+        revoked = 0
+        for token_row in queryset.filter(revoked_at__isnull=True):
+            agent_token_revoke(token_row=token_row, by_user=_user(request))
+            revoked += 1
+        messages.success(request, f"Revoked {revoked} token{'' if revoked == 1 else 's'}.")
+
+
+# --- Gates, tool classes, permission rules, budgets ----------------------------------------
+
+
+class GateForm(forms.ModelForm):  # type: ignore[type-arg]
+    name = forms.CharField(
+        required=False,
+        max_length=64,
+        validators=[
+            RegexValidator(
+                NAME_PATTERN,
+                "a gate name is a letter or digit, then letters, digits, '_', '.' or '-'",
+            )
+        ],
+        help_text="Empty is the default gate, which always exists.",
+    )
+
+    class Meta:
+        model = Gate
+        fields = ["name", "group", "required_approvals", "timeout_seconds"]
+
+
+@admin.register(Gate)
+class GateAdmin(AuditedAdmin):
+    form = GateForm
+    list_display = ("gate_name", "group", "required_approvals", "timeout_seconds")
+    search_fields = ("name",)
+    ordering = ("name",)
+
+    @admin.display(description="name", ordering="name")
+    def gate_name(self, obj: Gate) -> str:
+        return str(obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.name == "":
+            return False  # the default gate always exists
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # one at a time, so the default gate stays
+        return actions
+
+
+@admin.register(ToolClass)
+class ToolClassAdmin(AuditedAdmin):
+    list_display = ("pattern", "tool_class")
+    list_filter = ("tool_class",)
+    search_fields = ("pattern",)
+
+
+@admin.register(PermissionRule)
+class PermissionRuleAdmin(AuditedAdmin):
+    list_display = ("decision", "pattern", "agent", "run_id", "expires_at", "created_at")
+    list_filter = ("decision",)
+    search_fields = ("pattern", "agent__name")
+
+
+@admin.register(Budget)
+class BudgetAdmin(AuditedAdmin):
+    list_display = (
+        "__str__",
+        "scope",
+        "max_calls",
+        "max_tokens",
+        "max_cost",
+        "cost_currency",
+        "max_duration",
+        "action",
+        "gate",
+    )
+
+    def persist(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        budget_save(budget=obj, by_user=_user(request))  # creates the gate it names
+
+
+# --- Read-only: calls, ledgers, audit log ---------------------------------------------------
+
+
+@admin.register(Call)
+class CallAdmin(ReadOnlyAdmin):
+    list_display = ("id", "tool", "principal", "agent", "status", "created_at", "expires_at")
+    list_filter = ("status",)
+    search_fields = ("tool", "principal")
+    search_help_text = "Tool, principal, or a call's id."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        results, duplicates = super().get_search_results(request, queryset, search_term)
+        try:
+            call_id = uuid.UUID(search_term.strip())
+        except ValueError:
+            return results, duplicates
+        return results | queryset.filter(pk=call_id), duplicates
+
+
+class LedgerEntryInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = LedgerEntry
+    fields = ("call", "minor", "recorded_at", "voided_at", "void_reason")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("-recorded_at",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _ledger_exponent(ledger: Ledger, rule: capcore.Rule | None) -> int | None:
+    limit = rule.limit_for(ledger.currency) if rule is not None else None
+    if limit is not None:
+        return limit.exponent
+    try:
+        return capcore.exponent(ledger.currency)
+    except capcore.CapcoreError:
+        return None
+
+
+def _ledger_rule(ledger: Ledger) -> capcore.Rule | None:
+    line = CapRule.objects.filter(name_folded=ledger.rule).values_list("line", flat=True).first()
+    return None if line is None else _parsed(line)
+
+
+def _ledger_amount(ledger: Ledger, rule: capcore.Rule | None, minor: int) -> str:
+    exp = _ledger_exponent(ledger, rule)
+    if exp is None:
+        return f"{minor} minor units"
+    return f"{ledger.currency} {capcore.format_amount(minor, exp, grouping=True)}"
+
+
+@admin.register(Ledger)
+class LedgerAdmin(ReadOnlyAdmin):
+    list_display = ("rule", "currency", "key", "window_total", "all_time_total")
+    list_filter = ("currency",)
+    search_fields = ("rule",)
+    inlines = [LedgerEntryInline]
+
+    @admin.display(description="key (digest)")
+    def key(self, obj: Ledger) -> str:
+        return obj.key_digest[:12] + "…" if obj.key_digest else "one total"
+
+    @admin.display(description="spent in the rule's window")
+    def window_total(self, obj: Ledger) -> str:
+        rule = _ledger_rule(obj)
+        if rule is None:
+            return "— (no such rule, or it no longer parses)"
+        spent = selectors.ledger_spent(ledger=obj, window=rule.window, now=timezone.now())
+        window = "all time" if rule.window is None else rule.window.to_text()
+        return f"{_ledger_amount(obj, rule, spent)} ({window})"
+
+    @admin.display(description="all time")
+    def all_time_total(self, obj: Ledger) -> str:
+        total = obj.entries.filter(voided_at__isnull=True).aggregate(total=Sum("minor"))["total"]
+        return _ledger_amount(obj, _ledger_rule(obj), int(total or 0))
+
+
+@admin.register(LedgerEntry)
+class LedgerEntryAdmin(ReadOnlyAdmin):
+    list_display = ("ledger", "call", "minor", "recorded_at", "voided_at")
+    list_filter = (("voided_at", admin.EmptyFieldListFilter),)
+    search_fields = ("ledger__rule",)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    """The append-only audit log: nobody adds, changes or deletes an entry here."""
+
+    list_display = ("at", "action", "object_type", "object_id", "user", "agent")
+    list_filter = ("action", "object_type")
+    search_fields = ("object_id", "action")
+    date_hierarchy = "at"
+    ordering = ("-at", "-pk")

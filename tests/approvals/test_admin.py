@@ -1,0 +1,347 @@
+"""Django admin: every page opens, rules are validated and saved through the service, every
+change is audited, the audit log is read-only, tokens are shown once."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.contrib.messages import get_messages
+from django.db.models import Model
+from django.test import Client
+from django.urls import reverse
+
+from approvals.models import (
+    Agent,
+    AgentToken,
+    AuditEntry,
+    Budget,
+    Call,
+    CapRule,
+    Gate,
+    Ledger,
+    LedgerEntry,
+    PermissionRule,
+    ToolClass,
+)
+from approvals.selectors import agent_for_token
+from approvals.services.agents import agent_token_issue
+from approvals.services.calls import Submission, call_submit
+from approvals.services.rules import cap_rule_save
+
+pytestmark = pytest.mark.django_db
+
+MODELS = [
+    Agent,
+    AgentToken,
+    AuditEntry,
+    Budget,
+    Call,
+    CapRule,
+    Gate,
+    Ledger,
+    LedgerEntry,
+    PermissionRule,
+    ToolClass,
+]
+TOKEN = re.compile(r"cs_[A-Za-z0-9_-]{43}")
+
+
+def url(model: type[Model], view: str, *args: object) -> str:
+    return reverse(f"admin:approvals_{model._meta.model_name}_{view}", args=args)
+
+
+@pytest.fixture
+def some_of_everything(db: None) -> None:
+    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate finance")
+    cap_rule_save(line="daily: pay arg=amount sum USD 100000 per day by principal -> gate")
+    cap_rule_save(line="metal: buy arg=g max XAU 10.000 exponent=3 -> refuse")
+    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+    agent_token_issue(agent=agent)
+    call_submit(
+        agent=agent,
+        submission=Submission(tool="pay", arguments='{"amount": "20.00"}', principal="carol"),
+    )
+    call_submit(
+        agent=agent,
+        submission=Submission(tool="pay", arguments='{"amount": "600.00"}', principal="carol"),
+    )
+    ToolClass.objects.create(pattern="wire*", tool_class="dangerous")
+    PermissionRule.objects.create(pattern="rm", decision="deny")
+    Budget.objects.create(max_calls=100)
+
+
+@pytest.mark.usefixtures("some_of_everything")
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_changelist_and_change_page_opens(admin_client: Client, model: type[Model]) -> None:
+    assert admin_client.get(url(model, "changelist")).status_code == 200
+    row = model._default_manager.first()
+    assert row is not None
+    assert admin_client.get(url(model, "change", row.pk)).status_code == 200
+
+
+@pytest.mark.usefixtures("some_of_everything")
+def test_changelists_filter_and_search(admin_client: Client) -> None:
+    call = Call.objects.filter(status="pending").get()
+    found = admin_client.get(url(Call, "changelist"), {"q": str(call.pk)})
+    assert found.context["cl"].result_count == 1
+    by_tool = admin_client.get(url(Call, "changelist"), {"q": "pay"})
+    assert by_tool.context["cl"].result_count == 2
+    by_principal = admin_client.get(url(Call, "changelist"), {"q": "carol"})
+    assert by_principal.context["cl"].result_count == 2
+    broken = admin_client.get(url(CapRule, "changelist"), {"parses": "no"})
+    assert broken.context["cl"].result_count == 0
+
+
+@pytest.mark.usefixtures("some_of_everything")
+def test_the_rule_list_shows_parsed_parts(admin_client: Client) -> None:
+    page = admin_client.get(url(CapRule, "changelist")).content.decode()
+    for shown in ("USD 500.00", "USD 100,000.00", "XAU 10.000", "per day", "by principal"):
+        assert shown in page
+    assert "gate finance" in page
+    assert "gate (default)" in page
+    assert "NO LONGER PARSES" not in page
+
+
+@pytest.mark.usefixtures("some_of_everything")
+def test_the_ledger_list_shows_window_totals(admin_client: Client) -> None:
+    page = admin_client.get(url(Ledger, "changelist")).content.decode()
+    assert "USD 20.00 (per day)" in page
+
+
+def test_a_rule_that_no_longer_parses_is_marked(admin_client: Client) -> None:
+    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    CapRule.objects.update(line="big: pay arg=amount max QQQ 500.00 -> gate")
+    response = admin_client.get(url(CapRule, "changelist"))
+    page = response.content.decode()
+    assert "NO LONGER PARSES" in page
+    assert "1 enabled rule no longer parses" in page
+    assert (
+        admin_client.get(url(CapRule, "changelist"), {"parses": "no"}).context["cl"].result_count
+        == 1
+    )
+
+
+def test_a_bad_rule_line_shows_the_column_and_never_the_text(admin_client: Client) -> None:
+    line = "big: pay arg=amount max ZQXJ77 500.00 -> gate"
+    response = admin_client.post(url(CapRule, "add"), {"line": line, "enabled": "on"})
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors["line"]
+    assert errors == ["column 25: expected a currency code (3 upper-case letters)"]
+    page = response.content.decode()
+    assert "column 25: expected" in page
+    # Only the input box gives back what was typed; no message repeats it.
+    assert page.count("ZQXJ77") == 1
+    assert re.search(r'<input[^>]*value="big: pay arg=amount max ZQXJ77', page)
+    assert not CapRule.objects.exists()
+
+
+def test_a_good_rule_is_saved_with_its_gate_and_audited(admin_client: Client) -> None:
+    line = "big: pay arg=amount max USD 500.00 -> gate treasury"
+    response = admin_client.post(
+        url(CapRule, "add"), {"line": line, "enabled": "on", "description": "d"}
+    )
+    assert response.status_code == 302
+    rule = CapRule.objects.get()
+    assert (rule.name, rule.name_folded, rule.line, rule.description) == ("big", "big", line, "d")
+    assert Gate.objects.filter(name="treasury").exists()
+    admin = User.objects.get(username="admin")
+    added = AuditEntry.objects.get(action="admin add")
+    assert (added.user, added.object_type, added.object_id) == (admin, "caprule", str(rule.pk))
+    assert line in added.after
+    assert AuditEntry.objects.get(action="cap rule saved").user == admin
+    assert AuditEntry.objects.get(action="gate created").user == admin
+
+
+def test_editing_a_rule_can_rename_it_and_is_audited(admin_client: Client) -> None:
+    rule = cap_rule_save(line="big: pay arg=amount max USD 500.00 -> refuse")
+    new = "Bigger: pay arg=amount max USD 600.00 -> refuse"
+    response = admin_client.post(url(CapRule, "change", rule.pk), {"line": new, "enabled": "on"})
+    assert response.status_code == 302
+    rule.refresh_from_db()
+    assert (rule.name, rule.name_folded, rule.line) == ("Bigger", "bigger", new)
+    changed = AuditEntry.objects.get(action="admin change")
+    assert "USD 500.00" in changed.before
+    assert "USD 600.00" in changed.after
+
+
+def test_a_rule_cannot_take_another_rules_name(admin_client: Client) -> None:
+    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> refuse")
+    response = admin_client.post(
+        url(CapRule, "add"), {"line": "BIG: pay arg=amount max USD 1.00 -> refuse"}
+    )
+    assert response.status_code == 200
+    assert "another rule already has this name" in response.content.decode()
+    assert CapRule.objects.count() == 1
+
+
+def test_export_as_rules_file(admin_client: Client) -> None:
+    cap_rule_save(line="b: pay arg=amount max USD 5 -> refuse")
+    cap_rule_save(line="a:  pay   arg=amount max USD 5 -> gate x")
+    response = admin_client.post(
+        url(CapRule, "changelist"),
+        {
+            "action": "export_rules_file",
+            "_selected_action": list(CapRule.objects.values_list("pk", flat=True)),
+        },
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response.content.decode() == (
+        "a: pay arg=amount max USD 5.00 -> gate x\nb: pay arg=amount max USD 5.00 -> refuse\n"
+    )
+
+
+def test_issuing_a_token_shows_it_once_and_stores_only_its_digest(admin_client: Client) -> None:
+    agent = Agent.objects.create(name="bot", principal="carol")
+    response = admin_client.post(
+        url(Agent, "changelist"),
+        {"action": "issue_token", "_selected_action": [agent.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    shown = TOKEN.findall(response.content.decode())
+    assert len(shown) == 1
+    token = shown[0]
+    row = AgentToken.objects.get(agent=agent)
+    assert row.digest == hashlib.sha256(token.encode()).hexdigest()
+    assert row.prefix == token[:8]
+    assert agent_for_token(token) == agent
+    for entry in AuditEntry.objects.all():
+        assert token not in entry.before + entry.after
+    again = admin_client.get(url(Agent, "change", agent.pk)).content.decode()
+    assert token not in again
+    assert row.prefix in again
+    assert token not in admin_client.get(url(Agent, "changelist")).content.decode()
+
+
+def test_revoking_tokens_in_admin(admin_client: Client) -> None:
+    agent = Agent.objects.create(name="bot", principal="carol")
+    token = agent_token_issue(agent=agent)
+    row = AgentToken.objects.get()
+    response = admin_client.post(
+        url(AgentToken, "changelist"), {"action": "revoke", "_selected_action": [row.pk]}
+    )
+    assert response.status_code == 302
+    assert agent_for_token(token) is None
+    assert AuditEntry.objects.get(action="token revoked").user == User.objects.get(username="admin")
+    assert admin_client.get(url(AgentToken, "add")).status_code == 403
+    assert admin_client.post(url(AgentToken, "delete", row.pk), {"post": "yes"}).status_code == 403
+
+
+def test_revoking_all_of_an_agents_tokens(admin_client: Client) -> None:
+    agent = Agent.objects.create(name="bot", principal="carol")
+    tokens = [agent_token_issue(agent=agent) for _ in range(2)]
+    admin_client.post(
+        url(Agent, "changelist"), {"action": "revoke_tokens", "_selected_action": [agent.pk]}
+    )
+    assert [agent_for_token(token) for token in tokens] == [None, None]
+
+
+def test_admin_changes_are_audited_with_before_and_after(admin_client: Client) -> None:
+    response = admin_client.post(
+        url(Gate, "add"), {"name": "ops", "required_approvals": "2", "timeout_seconds": ""}
+    )
+    assert response.status_code == 302
+    gate = Gate.objects.get(name="ops")
+    admin_client.post(
+        url(Gate, "change", gate.pk),
+        {"name": "ops", "required_approvals": "3", "timeout_seconds": "60"},
+    )
+    admin_client.post(url(Gate, "delete", gate.pk), {"post": "yes"})
+    assert not Gate.objects.filter(name="ops").exists()
+    entries = AuditEntry.objects.filter(object_type="gate").order_by("pk")
+    assert [e.action for e in entries] == ["admin add", "admin change", "admin delete"]
+    add, change, delete = entries
+    assert add.before == ""
+    assert '"required_approvals": 2' in add.after
+    assert '"required_approvals": 2' in change.before
+    assert '"required_approvals": 3' in change.after
+    assert '"required_approvals": 3' in delete.before
+    assert delete.after == ""
+    assert {e.object_id for e in entries} == {str(gate.pk)}
+    assert {e.user.get_username() for e in entries if e.user} == {"admin"}
+
+
+def test_a_gate_name_must_follow_the_grammar(admin_client: Client) -> None:
+    response = admin_client.post(url(Gate, "add"), {"name": "no spaces", "required_approvals": "1"})
+    assert response.status_code == 200
+    assert not Gate.objects.filter(name="no spaces").exists()
+
+
+def test_the_default_gate_cannot_be_deleted(admin_client: Client) -> None:
+    default = Gate.objects.get(name="")
+    assert admin_client.post(url(Gate, "delete", default.pk), {"post": "yes"}).status_code == 403
+    assert Gate.objects.filter(name="").exists()
+
+
+def test_a_budget_naming_a_gate_creates_it(admin_client: Client) -> None:
+    response = admin_client.post(
+        url(Budget, "add"), {"scope": "run", "action": "gate", "gate": "ops", "max_calls": "5"}
+    )
+    assert response.status_code == 302
+    assert Gate.objects.filter(name="ops").exists()
+    assert AuditEntry.objects.filter(action="admin add", object_type="budget").exists()
+
+
+def test_the_audit_log_cannot_be_added_changed_or_deleted(admin_client: Client) -> None:
+    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> refuse")
+    entry = AuditEntry.objects.get()
+    assert admin_client.get(url(AuditEntry, "add")).status_code == 403
+    assert (
+        admin_client.post(url(AuditEntry, "delete", entry.pk), {"post": "yes"}).status_code == 403
+    )
+    admin_client.post(url(AuditEntry, "change", entry.pk), {"action": "forged"})
+    changelist = admin_client.get(url(AuditEntry, "changelist"))
+    assert "delete_selected" not in changelist.content.decode()
+    entry.refresh_from_db()
+    assert entry.action == "cap rule saved"
+    assert AuditEntry.objects.count() == 1
+
+
+def test_calls_are_read_only(admin_client: Client) -> None:
+    agent = Agent.objects.create(name="bot", principal="carol", mode="allow")
+    call, _ = call_submit(
+        agent=agent, submission=Submission(tool="pay", arguments="{}", principal="carol")
+    )
+    assert admin_client.get(url(Call, "add")).status_code == 403
+    assert admin_client.post(url(Call, "delete", call.pk), {"post": "yes"}).status_code == 403
+    assert Call.objects.filter(pk=call.pk).exists()
+
+
+def test_messages_of_the_token_action_say_it_is_shown_once(admin_client: Client) -> None:
+    agent = Agent.objects.create(name="bot", principal="carol")
+    response = admin_client.post(
+        url(Agent, "changelist"), {"action": "issue_token", "_selected_action": [agent.pk]}
+    )
+    texts = [str(m) for m in get_messages(response.wsgi_request)]
+    assert len(texts) == 1
+    assert "will not be shown again" in texts[0]
+
+
+def test_agents_are_added_and_changed_in_admin_with_their_tokens_listed(
+    admin_client: Client,
+) -> None:
+    inline = {"tokens-TOTAL_FORMS": "0", "tokens-INITIAL_FORMS": "0"}
+    fields = {"name": "bot", "principal": "carol", "allowed_principals": "", "mode": "default"}
+    response = admin_client.post(url(Agent, "add"), {**fields, "active": "on", **inline})
+    assert response.status_code == 302
+    agent = Agent.objects.get()
+    agent_token_issue(agent=agent)
+    row = AgentToken.objects.get()
+    inline = {
+        "tokens-TOTAL_FORMS": "1",
+        "tokens-INITIAL_FORMS": "1",
+        "tokens-0-id": str(row.pk),
+        "tokens-0-agent": str(agent.pk),
+    }
+    response = admin_client.post(url(Agent, "change", agent.pk), {**fields, **inline})
+    assert response.status_code == 302
+    agent.refresh_from_db()
+    assert not agent.active
+    assert AgentToken.objects.get().revoked_at is None
+    changed = AuditEntry.objects.get(action="admin change", object_type="agent")
+    assert '"active": true' in changed.before
+    assert '"active": false' in changed.after

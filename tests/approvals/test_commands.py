@@ -1,0 +1,200 @@
+"""The management commands: create_agent, import_rules, export_rules, expire_calls."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from approvals.models import Agent, AgentToken, Call, CapRule
+from approvals.selectors import agent_for_token
+from approvals.services.agents import agent_token_revoke
+from approvals.services.calls import Submission, call_submit
+from approvals.services.rules import cap_rule_save
+
+pytestmark = pytest.mark.django_db
+
+GOOD = "big: pay arg=amount max USD 500.00 -> gate finance\n"
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def last_line(text: str) -> str:
+    return text.rstrip("\n").split("\n")[-1]
+
+
+# --- create_agent ---------------------------------------------------------------------------
+
+
+def test_create_agent_prints_a_working_token_on_its_last_line() -> None:
+    out, _ = run("create_agent", "billing-bot")
+    token = last_line(out)
+    assert token.startswith("cs_")
+    assert " " not in token
+    agent = Agent.objects.get(name="billing-bot")
+    assert agent.principal == "billing-bot"
+    assert agent_for_token(token) == agent
+
+
+def test_create_agent_twice_reuses_the_agent_with_a_new_token_each_time() -> None:
+    first = last_line(run("create_agent", "bot", "--mode", "prompt")[0])
+    second = last_line(
+        run("create_agent", "bot", "--principal", "alice", "--allow-principals", "team-*")[0]
+    )
+    assert first != second
+    agent = Agent.objects.get()
+    assert (agent.principal, agent.allowed_principals, agent.mode) == ("alice", "team-*", "prompt")
+    assert AgentToken.objects.filter(agent=agent).count() == 2
+    assert agent_for_token(first) == agent
+    assert agent_for_token(second) == agent
+    agent_token_revoke(token_row=AgentToken.objects.get(prefix=first[:8]))
+    assert agent_for_token(first) is None
+    assert agent_for_token(second) == agent
+
+
+def test_create_agent_refuses_an_unknown_mode() -> None:
+    with pytest.raises(CommandError):
+        run("create_agent", "bot", "--mode", "yolo")
+    assert not Agent.objects.exists()
+
+
+# --- import_rules / export_rules ------------------------------------------------------------
+
+
+def test_import_rules_loads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "rules.txt"
+    path.write_text("# finance\n\n" + GOOD)
+    out, err = run("import_rules", str(path))
+    assert out == "imported 1 rule\n"
+    assert err == ""
+    assert CapRule.objects.get().line == GOOD.strip()
+
+
+def test_import_rules_is_all_or_nothing(tmp_path: Path) -> None:
+    cap_rule_save(line="big: pay arg=amount max USD 1.00 -> refuse")
+    path = tmp_path / "rules.txt"
+    path.write_text(
+        GOOD
+        + "other: pay arg=amount max USD 1.00 -> gate newgate\n"
+        + "bad: pay arg=amount max ZQXJ77 1.00 -> refuse\n"
+    )
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as caught:
+        call_command("import_rules", str(path), "--replace", stdout=io.StringIO(), stderr=err)
+    assert caught.value.code == 1
+    assert err.getvalue() == f"{path}:3:25: expected a currency code (3 upper-case letters)\n"
+    assert "ZQXJ77" not in err.getvalue()
+    assert list(CapRule.objects.values_list("line", flat=True)) == [
+        "big: pay arg=amount max USD 1.00 -> refuse"
+    ]
+
+
+def test_import_rules_exits_with_status_1_from_manage_py(tmp_path: Path) -> None:
+    # A bad file is refused before the database is touched, so the real process is safe.
+    path = tmp_path / "rules.txt"
+    path.write_text(GOOD + "\n# c\nbad: pay arg=amount max USD 1.00 -> ZQXJ77\n")
+    done = subprocess.run(
+        [sys.executable, "manage.py", "import_rules", str(path)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr == f"{path}:4:37: expected 'gate' or 'refuse'\n"
+    assert done.stdout == ""
+
+
+def test_import_rules_of_a_missing_file_fails_cleanly(tmp_path: Path) -> None:
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as caught:
+        call_command("import_rules", str(tmp_path / "nope.txt"), stderr=err)
+    assert caught.value.code == 1
+    assert err.getvalue() == f"{tmp_path / 'nope.txt'}: no such file\n"
+
+
+def test_import_rules_of_a_non_utf8_file_fails_cleanly(tmp_path: Path) -> None:
+    path = tmp_path / "rules.txt"
+    path.write_bytes(b"big: pay arg=amount max USD 1 -> gate \xff\n")
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as caught:
+        call_command("import_rules", str(path), stderr=err)
+    assert caught.value.code == 1
+    assert err.getvalue() == f"{path}: not UTF-8 text\n"
+    assert not CapRule.objects.exists()
+
+
+def test_import_rules_replace_disables_missing_rules(tmp_path: Path) -> None:
+    cap_rule_save(line="old: pay arg=amount max USD 1.00 -> refuse")
+    path = tmp_path / "rules.txt"
+    path.write_text(GOOD)
+    run("import_rules", str(path), "--replace")
+    assert dict(CapRule.objects.values_list("name", "enabled")) == {"old": False, "big": True}
+
+
+def test_import_rules_matches_names_under_casefold(tmp_path: Path) -> None:
+    cap_rule_save(line="BIG: pay arg=amount max USD 1.00 -> refuse")
+    path = tmp_path / "rules.txt"
+    path.write_text(GOOD)
+    run("import_rules", str(path))
+    row = CapRule.objects.get()
+    assert (row.name, row.line) == ("big", GOOD.strip())
+
+
+def test_export_rules_round_trips_through_import_rules(tmp_path: Path) -> None:
+    path = tmp_path / "rules.txt"
+    path.write_text(
+        GOOD
+        + "daily-spend: pay arg=amount currency=currency sum USD 1000, EUR 900 per day"
+        + " by principal -> gate\n"
+        + "metal: buy_metal arg=grams max XAU 10.000 exponent=3 -> refuse\n"
+    )
+    run("import_rules", str(path))
+    exported, _ = run("export_rules")
+    assert exported == (
+        "big: pay arg=amount max USD 500.00 -> gate finance\n"
+        "daily-spend: pay arg=amount currency=currency sum USD 1000.00, EUR 900.00 per day"
+        " by principal -> gate\n"
+        "metal: buy_metal arg=grams max XAU 10.000 exponent=3 -> refuse\n"
+    )
+    CapRule.objects.all().delete()
+    again = tmp_path / "exported.txt"
+    again.write_text(exported)
+    run("import_rules", str(again))
+    assert run("export_rules")[0] == exported
+
+
+# --- expire_calls ---------------------------------------------------------------------------
+
+
+def held_call(agent: Agent) -> Call:
+    call, _ = call_submit(
+        agent=agent,
+        submission=Submission(tool="pay", arguments='{"amount": "600.00"}', principal="carol"),
+    )
+    assert call.status == "pending"
+    return call
+
+
+def test_expire_calls_expires_only_calls_past_their_deadline() -> None:
+    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+    due, waiting = held_call(agent), held_call(agent)
+    Call.objects.filter(pk=due.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    out, _ = run("expire_calls")
+    assert out == "expired 1 call\n"
+    due.refresh_from_db()
+    waiting.refresh_from_db()
+    assert due.status == "expired"
+    assert waiting.status == "pending"
+    assert run("expire_calls")[0] == "expired 0 calls\n"
