@@ -6,7 +6,6 @@ never the text an admin typed or a model wrote.
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Any
 
@@ -37,7 +36,9 @@ from approvals.models import (
     PermissionRule,
     ToolClass,
 )
+from approvals.selectors import stored_rule
 from approvals.services.agents import agent_token_issue, agent_token_revoke
+from approvals.services.ledgers import ledger_entry_void
 from approvals.services.rules import budget_save, cap_rule_save, rules_file_text
 
 RENAME_HELP = (
@@ -122,14 +123,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 # --- Cap rules ------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1024)
-def _parsed(line: str) -> capcore.Rule | None:
-    try:
-        return capcore.parse_rule(line)
-    except capcore.RuleError:
-        return None
-
-
 def _money(limit: capcore.Limit) -> str:
     return f"{limit.currency} {capcore.format_amount(limit.minor, limit.exponent, grouping=True)}"
 
@@ -176,7 +169,9 @@ class ParsesFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() not in {"yes", "no"}:
             return queryset
-        broken = [pk for pk, line in queryset.values_list("pk", "line") if _parsed(line) is None]
+        broken = [
+            pk for pk, line in queryset.values_list("pk", "line") if stored_rule(line) is None
+        ]
         if self.value() == "no":
             return queryset.filter(pk__in=broken)
         return queryset.exclude(pk__in=broken)
@@ -218,7 +213,7 @@ class CapRuleAdmin(AuditedAdmin):
             broken = sum(
                 1
                 for line in CapRule.objects.filter(enabled=True).values_list("line", flat=True)
-                if _parsed(line) is None
+                if stored_rule(line) is None
             )
             if broken:
                 messages.error(
@@ -231,7 +226,7 @@ class CapRuleAdmin(AuditedAdmin):
 
     @admin.display(description="parses")
     def parses(self, obj: CapRule) -> str:
-        if _parsed(obj.line) is not None:
+        if stored_rule(obj.line) is not None:
             return "✓"
         if obj.enabled:
             return format_html(
@@ -242,12 +237,12 @@ class CapRuleAdmin(AuditedAdmin):
 
     @admin.display(description="tools")
     def tools(self, obj: CapRule) -> str:
-        rule = _parsed(obj.line)
+        rule = stored_rule(obj.line)
         return "—" if rule is None else ", ".join(rule.tools)
 
     @admin.display(description="argument")
     def argument(self, obj: CapRule) -> str:
-        rule = _parsed(obj.line)
+        rule = stored_rule(obj.line)
         if rule is None:
             return "—"
         text = ".".join(rule.arg)
@@ -259,31 +254,31 @@ class CapRuleAdmin(AuditedAdmin):
 
     @admin.display(description="kind")
     def kind(self, obj: CapRule) -> str:
-        rule = _parsed(obj.line)
+        rule = stored_rule(obj.line)
         return "—" if rule is None else rule.kind.value
 
     @admin.display(description="limits")
     def limits(self, obj: CapRule) -> str:
-        rule = _parsed(obj.line)
+        rule = stored_rule(obj.line)
         return "—" if rule is None else ", ".join(_money(limit) for limit in rule.limits)
 
     @admin.display(description="window")
     def window(self, obj: CapRule) -> str:
-        rule = _parsed(obj.line)
+        rule = stored_rule(obj.line)
         if rule is None or rule.kind is capcore.Kind.MAX:
             return "—"
         return "all time" if rule.window is None else rule.window.to_text()
 
     @admin.display(description="key")
     def key(self, obj: CapRule) -> str:
-        rule = _parsed(obj.line)
+        rule = stored_rule(obj.line)
         if rule is None or rule.kind is capcore.Kind.MAX:
             return "—"
         return "one total" if rule.key is None else rule.key.to_text()
 
     @admin.display(description="action")
     def rule_action(self, obj: CapRule) -> str:
-        rule = _parsed(obj.line)
+        rule = stored_rule(obj.line)
         if rule is None:
             return "—"
         if rule.action.kind is capcore.ActionKind.REFUSE:
@@ -507,7 +502,7 @@ def _ledger_exponent(ledger: Ledger, rule: capcore.Rule | None) -> int | None:
 
 def _ledger_rule(ledger: Ledger) -> capcore.Rule | None:
     line = CapRule.objects.filter(name_folded=ledger.rule).values_list("line", flat=True).first()
-    return None if line is None else _parsed(line)
+    return None if line is None else stored_rule(line)
 
 
 def _ledger_amount(ledger: Ledger, rule: capcore.Rule | None, minor: int) -> str:
@@ -543,11 +538,42 @@ class LedgerAdmin(ReadOnlyAdmin):
         return _ledger_amount(obj, _ledger_rule(obj), int(total or 0))
 
 
+class VoidForm(forms.ModelForm):  # type: ignore[type-arg]
+    void_reason = forms.CharField(
+        required=True,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Why this amount no longer counts (e.g. the payment failed). Required.",
+    )
+
+    class Meta:
+        model = LedgerEntry
+        fields = ("void_reason",)
+
+
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(ReadOnlyAdmin):
+class LedgerEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Read-only, except that an entry can be voided once, with a reason (audited)."""
+
+    form = VoidForm
     list_display = ("ledger", "call", "minor", "recorded_at", "voided_at")
     list_filter = (("voided_at", admin.EmptyFieldListFilter),)
     search_fields = ("ledger__rule",)
+    readonly_fields = ("ledger", "call", "minor", "recorded_at", "voided_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed = super().has_change_permission(request, obj)
+        return allowed and (obj is None or obj.voided_at is None)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        ledger_entry_void(
+            entry_id=obj.pk, reason=form.cleaned_data["void_reason"], by_user=_user(request)
+        )
 
 
 @admin.register(AuditEntry)

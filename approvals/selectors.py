@@ -28,7 +28,7 @@ from approvals.models import (
 
 
 @functools.lru_cache(maxsize=4096)
-def _parsed(line: str) -> capcore.Rule | None:
+def stored_rule(line: str) -> capcore.Rule | None:
     """A stored line's rule, or None when it no longer parses (e.g. after a table upgrade)."""
     try:
         return capcore.parse_rule(line)
@@ -64,7 +64,7 @@ def _budget(row: Budget | None) -> capcore.Budget | None:
 def policy_for_agent(*, agent: Agent) -> AgentPolicy:
     """Everything the verdict on this agent's next call depends on."""
     parsed = [
-        _parsed(line)
+        stored_rule(line)
         for line in CapRule.objects.filter(enabled=True).values_list("line", flat=True)
     ]
     rules = tuple(rule for rule in parsed if rule is not None)

@@ -1,0 +1,43 @@
+"""Writes on ledgers beyond recording: voiding an entry for a payment that later failed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.models import AuditEntry, LedgerEntry
+
+VOID_NEEDS_REASON = "A voided entry needs a reason."
+ALREADY_VOIDED = "This entry is already void."
+
+
+class VoidRefused(Exception):
+    pass
+
+
+@transaction.atomic
+def ledger_entry_void(
+    *, entry_id: int, reason: str, by_user: User | None, now: datetime | None = None
+) -> LedgerEntry:
+    """Stop counting an entry in its ledger's totals; the entry itself is kept."""
+    if not reason.strip():
+        raise VoidRefused(VOID_NEEDS_REASON)
+    entry = LedgerEntry.objects.select_for_update().get(pk=entry_id)
+    if entry.voided_at is not None:
+        raise VoidRefused(ALREADY_VOIDED)
+    entry.voided_at = now or timezone.now()
+    entry.void_reason = reason.strip()
+    entry.save(update_fields=["voided_at", "void_reason"])
+    AuditEntry.objects.create(
+        at=entry.voided_at,
+        user=by_user,
+        action="ledger entry voided",
+        object_type="ledgerentry",
+        object_id=str(entry.pk),
+        before=f"{entry.minor} counted",
+        after=f"void: {entry.void_reason}",
+    )
+    return entry
