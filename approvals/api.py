@@ -14,6 +14,8 @@ import uuid
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import URLPattern, URLResolver, path
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
@@ -84,6 +86,12 @@ class CountersignAPI(NinjaAPI):
         schema = super().get_openapi_schema(*args, **kwargs)
         schema["paths"]["/api/v1/calls/{call_id}/wait"] = WAIT_OPERATION
         return schema
+
+    def _get_urls(self) -> list[URLResolver | URLPattern]:
+        """ninja's root view (kept by name: ninja reverses it) answers an HTML 404; under
+        /api/ every unknown path is a JSON 404."""
+        urls = [url for url in super()._get_urls() if getattr(url, "name", None) != "api-root"]
+        return [*urls, path("", csrf_exempt(api_not_found), name="api-root")]
 
 
 api = CountersignAPI(
@@ -229,6 +237,8 @@ def _usage(body: dict[str, object]) -> capcore.Usage:
         if type(count) is not capcore.JSONNumber or not TOKEN_COUNT.fullmatch(count):
             raise ApiError(400, "bad_request", BAD_USAGE)
         tokens += int(count)
+    if tokens > capcore.INT64_MAX:  # the run counter is a 64-bit column
+        raise ApiError(400, "bad_request", BAD_USAGE)
     cost, currency = raw.get("cost"), raw.get("cost_currency")
     if cost is None and currency is None:
         return capcore.Usage(tokens=tokens)

@@ -154,6 +154,17 @@ def _replay(agent: Agent, submission: Submission, now: datetime) -> Call | None:
     return earlier
 
 
+def _forget_stale_key(agent: Agent, submission: Submission, now: datetime) -> None:
+    """A key is kept 24 hours: a call older than that lets go of it (the unique constraint
+    would otherwise refuse the new call for ever)."""
+    if submission.idempotency_key is not None:
+        Call.objects.filter(
+            agent=agent,
+            idempotency_key=submission.idempotency_key,
+            created_at__lt=now - IDEMPOTENCY_WINDOW,
+        ).update(idempotency_key=None)
+
+
 def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
     policy = selectors.policy_for_agent(agent=agent)
     request = capcore.CallRequest(
@@ -232,6 +243,7 @@ def call_submit(
         return earlier, False
     try:
         with transaction.atomic():
+            _forget_stale_key(agent, submission, now or timezone.now())
             call = _evaluate_and_create(agent, submission, now)
     except IntegrityError:
         # A concurrent request with the same key created the call first.
