@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.db import connection
 
+from approvals import notify
 from approvals.models import Agent, Call, Gate, LedgerEntry, PermissionRule
 from approvals.services.calls import Submission, call_submit
 from approvals.services.decisions import (
@@ -132,9 +133,15 @@ def test_mode_hold_approved_for_the_run_creates_a_run_scoped_allow_rule(db: None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_approvers_at_once_produce_one_outcome() -> None:
+def test_two_approvers_at_once_produce_one_outcome_and_one_notification(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
     call = held_call()
+    pushed: list[str] = []
+    monkeypatch.setattr(
+        notify, "_send", lambda groups, message: pushed.append(message["call"]["status"])
+    )
     users = [approver("alice"), approver("bob")]
     outcomes: list[str] = []
     start = threading.Barrier(2)
@@ -158,3 +165,4 @@ def test_two_approvers_at_once_produce_one_outcome() -> None:
     assert final.status in {"approved", "denied"}
     assert sorted(outcomes) == sorted([final.status, Conflict.FINAL.value])
     assert final.approvals.count() == 1
+    assert pushed == [final.status]
