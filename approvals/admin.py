@@ -6,12 +6,14 @@ never the text an admin typed or a model wrote.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.auth.models import User
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
 from django.core import serializers
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
@@ -585,3 +587,69 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     search_fields = ("object_id", "action")
     date_hierarchy = "at"
     ordering = ("-at", "-pk")
+
+
+# --- Users and groups: who may decide is part of the policy, so changes are audited --------
+
+
+def _user_snapshot(user: User) -> str:
+    """The user's access, never the password hash."""
+    return json.dumps(
+        {
+            "username": user.get_username(),
+            "is_active": user.is_active,
+            "is_staff": user.is_staff,
+            "is_superuser": user.is_superuser,
+            "groups": sorted(user.groups.values_list("name", flat=True)),
+            "permissions": sorted(user.user_permissions.values_list("codename", flat=True)),
+        },
+        sort_keys=True,
+    )
+
+
+def _group_snapshot(group: Group) -> str:
+    permissions = sorted(group.permissions.values_list("codename", flat=True))
+    return json.dumps({"name": group.name, "permissions": permissions}, sort_keys=True)
+
+
+class _AccessAuditedAdmin:
+    """Audits after the many-to-many fields are saved (``save_related``), comparing with the
+    row as it was before ``save_model`` changed it."""
+
+    snapshot: Any = None
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        stored = type(obj)._default_manager.filter(pk=obj.pk).first() if change else None
+        request._audit_before = "" if stored is None else self.snapshot(stored)  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        obj = form.instance
+        before = getattr(request, "_audit_before", "")
+        action = "admin change" if change else "admin add"
+        _audit(request, action, obj, obj.pk, before, self.snapshot(obj))
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        object_id, before = obj.pk, self.snapshot(obj)
+        super().delete_model(request, obj)  # type: ignore[misc]
+        _audit(request, "admin delete", obj, object_id, before, "")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
+
+
+class AuditedUserAdmin(_AccessAuditedAdmin, UserAdmin):  # type: ignore[type-arg]
+    snapshot = staticmethod(_user_snapshot)
+
+
+class AuditedGroupAdmin(_AccessAuditedAdmin, GroupAdmin):
+    snapshot = staticmethod(_group_snapshot)
+
+
+admin.site.unregister(User)
+admin.site.unregister(Group)
+admin.site.register(User, AuditedUserAdmin)
+admin.site.register(Group, AuditedGroupAdmin)
