@@ -23,6 +23,7 @@ from ninja.security import HttpBearer
 import capcore
 from approvals import jsontext, selectors
 from approvals.models import Agent, Call
+from approvals.services.agents import agent_authenticate
 from approvals.services.calls import IdempotencyConflict, Submission, call_submit
 from approvals.services.lifecycle import AlreadyFinal, call_cancel
 
@@ -74,7 +75,7 @@ class AgentBearer(HttpBearer):
         return self.authenticate(request, token)
 
     def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
-        agent = selectors.agent_for_token(token)
+        agent = agent_authenticate(token=token)
         if agent is not None and not agent.active:
             raise ApiError(403, "agent_disabled", AGENT_DISABLED)
         return agent

@@ -23,7 +23,8 @@ from django.utils import timezone
 
 from approvals.models import Agent, Call
 from approvals.notify import agent_group, call_group
-from approvals.selectors import FINAL_STATUSES, agent_for_token, call_for_agent, call_state
+from approvals.selectors import FINAL_STATUSES, call_for_agent, call_state
+from approvals.services.agents import agent_authenticate
 from approvals.sweeper import ensure_sweeper_started, expire_due_now
 
 logger = logging.getLogger(__name__)
@@ -77,8 +78,8 @@ def parse_since(query_string: bytes) -> datetime | None:
 
 
 @database_sync_to_async
-def _agent_for_token(token: str) -> Agent | None:
-    return agent_for_token(token)
+def _authenticate(token: str) -> Agent | None:
+    return agent_authenticate(token=token)
 
 
 @database_sync_to_async
@@ -110,7 +111,7 @@ class _AgentConsumer(AsyncJsonWebsocketConsumer):
         """The socket's active agent; otherwise the (accepted) socket is closed with
         ``4401`` (missing or unknown token) or ``4403`` (disabled agent) and this is None."""
         token = bearer_token(self.scope["headers"])
-        agent = None if token is None else await _agent_for_token(token)
+        agent = None if token is None else await _authenticate(token)
         if agent is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return None

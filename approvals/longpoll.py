@@ -29,6 +29,7 @@ from approvals.middleware import Receive, Scope, Send, json_error_bytes, send_js
 from approvals.models import Agent
 from approvals.notify import call_group
 from approvals.selectors import FINAL_STATUSES
+from approvals.services.agents import agent_authenticate
 from approvals.sweeper import expire_due_now
 
 WAIT_PATH = re.compile(r"^/api/v1/calls/(?P<call_id>[^/]+)/wait$")
@@ -43,7 +44,7 @@ class _Refusal(Exception):
 
 def _read_agent(token: str) -> Agent | None:
     try:
-        return selectors.agent_for_token(token)
+        return agent_authenticate(token=token)
     finally:
         close_old_connections()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +14,6 @@ import capcore
 from approvals import jsontext
 from approvals.models import (
     Agent,
-    AgentToken,
     AuditEntry,
     Budget,
     Call,
@@ -150,18 +148,6 @@ def call_state(call: Call) -> dict[str, Any]:
         "expires_at": _iso(call.expires_at) if pending else None,
         "links": {"self": link, "wait": f"{link}/wait", "ws": f"/ws/v1/calls/{call.pk}"},
     }
-
-
-def agent_for_token(token: str) -> Agent | None:
-    """The agent holding this unrevoked token. The token is looked up by its SHA-256 digest,
-    an index lookup that does not compare secrets byte by byte."""
-    digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-    row = (
-        AgentToken.objects.select_related("agent")
-        .filter(digest=digest, revoked_at__isnull=True)
-        .first()
-    )
-    return None if row is None else row.agent
 
 
 def call_for_agent(*, agent: Agent, call_id: uuid.UUID | str) -> Call | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth.models import User
 from django.core import serializers
@@ -15,6 +16,7 @@ from approvals.models import MODE_CHOICES, Agent, AgentToken, AuditEntry
 
 TOKEN_PREFIX = "cs_"  # noqa: S105 (a marker, not a secret)
 SHOWN_PREFIX_LENGTH = 8
+TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 _MODES = frozenset(value for value, _ in MODE_CHOICES)
 _MAX_NAME_LENGTH = Agent._meta.get_field("name").max_length or 200
 
@@ -83,8 +85,24 @@ def agent_create_or_update(
 
 
 def token_digest(token: str) -> str:
-    """What is stored of a token: its SHA-256, hex (as ``selectors.agent_for_token`` looks)."""
+    """What is stored of a token: its SHA-256, hex."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def agent_authenticate(*, token: str) -> Agent | None:
+    """The agent holding this unrevoked token, found by the token's digest (an index lookup,
+    so no secret is compared byte by byte). Notes the token's use, at most once a minute."""
+    row = (
+        AgentToken.objects.select_related("agent")
+        .filter(digest=token_digest(token), revoked_at__isnull=True)
+        .first()
+    )
+    if row is None:
+        return None
+    now = timezone.now()
+    if row.last_used_at is None or now - row.last_used_at > TOKEN_USE_RESOLUTION:
+        AgentToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    return row.agent
 
 
 @transaction.atomic

@@ -26,8 +26,7 @@ from approvals.models import (
     PermissionRule,
     ToolClass,
 )
-from approvals.selectors import agent_for_token
-from approvals.services.agents import agent_token_issue
+from approvals.services.agents import agent_authenticate, agent_token_issue
 from approvals.services.calls import Submission, call_submit
 from approvals.services.rules import cap_rule_save
 
@@ -208,7 +207,7 @@ def test_issuing_a_token_shows_it_once_and_stores_only_its_digest(admin_client: 
     row = AgentToken.objects.get(agent=agent)
     assert row.digest == hashlib.sha256(token.encode()).hexdigest()
     assert row.prefix == token[:8]
-    assert agent_for_token(token) == agent
+    assert agent_authenticate(token=token) == agent
     for entry in AuditEntry.objects.all():
         assert token not in entry.before + entry.after
     again = admin_client.get(url(Agent, "change", agent.pk)).content.decode()
@@ -225,7 +224,7 @@ def test_revoking_tokens_in_admin(admin_client: Client) -> None:
         url(AgentToken, "changelist"), {"action": "revoke", "_selected_action": [row.pk]}
     )
     assert response.status_code == 302
-    assert agent_for_token(token) is None
+    assert agent_authenticate(token=token) is None
     assert AuditEntry.objects.get(action="token revoked").user == User.objects.get(username="admin")
     assert admin_client.get(url(AgentToken, "add")).status_code == 403
     assert admin_client.post(url(AgentToken, "delete", row.pk), {"post": "yes"}).status_code == 403
@@ -237,7 +236,7 @@ def test_revoking_all_of_an_agents_tokens(admin_client: Client) -> None:
     admin_client.post(
         url(Agent, "changelist"), {"action": "revoke_tokens", "_selected_action": [agent.pk]}
     )
-    assert [agent_for_token(token) for token in tokens] == [None, None]
+    assert [agent_authenticate(token=token) for token in tokens] == [None, None]
 
 
 def test_admin_changes_are_audited_with_before_and_after(admin_client: Client) -> None:

@@ -13,8 +13,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from approvals.models import Agent, AgentToken, Call, CapRule
-from approvals.selectors import agent_for_token
-from approvals.services.agents import agent_token_revoke
+from approvals.services.agents import agent_authenticate, agent_token_revoke
 from approvals.services.calls import Submission, call_submit
 from approvals.services.rules import cap_rule_save
 
@@ -43,7 +42,7 @@ def test_create_agent_prints_a_working_token_on_its_last_line() -> None:
     assert " " not in token
     agent = Agent.objects.get(name="billing-bot")
     assert agent.principal == "billing-bot"
-    assert agent_for_token(token) == agent
+    assert agent_authenticate(token=token) == agent
 
 
 def test_create_agent_twice_reuses_the_agent_with_a_new_token_each_time() -> None:
@@ -55,11 +54,11 @@ def test_create_agent_twice_reuses_the_agent_with_a_new_token_each_time() -> Non
     agent = Agent.objects.get()
     assert (agent.principal, agent.allowed_principals, agent.mode) == ("alice", "team-*", "prompt")
     assert AgentToken.objects.filter(agent=agent).count() == 2
-    assert agent_for_token(first) == agent
-    assert agent_for_token(second) == agent
+    assert agent_authenticate(token=first) == agent
+    assert agent_authenticate(token=second) == agent
     agent_token_revoke(token_row=AgentToken.objects.get(prefix=first[:8]))
-    assert agent_for_token(first) is None
-    assert agent_for_token(second) == agent
+    assert agent_authenticate(token=first) is None
+    assert agent_authenticate(token=second) == agent
 
 
 def test_create_agent_refuses_an_unknown_mode() -> None:

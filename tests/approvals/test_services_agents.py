@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 
 import pytest
 
 from approvals.models import Agent, AgentToken, AuditEntry
-from approvals.selectors import agent_for_token
 from approvals.services.agents import (
+    agent_authenticate,
     agent_create_or_update,
     agent_token_issue,
     agent_token_revoke,
@@ -77,12 +78,12 @@ def test_each_token_is_new_and_authenticates_until_revoked() -> None:
     first = agent_token_issue(agent=agent)
     second = agent_token_issue(agent=agent)
     assert first != second
-    assert agent_for_token(first) == agent
-    assert agent_for_token(second) == agent
+    assert agent_authenticate(token=first) == agent
+    assert agent_authenticate(token=second) == agent
     agent_token_revoke(token_row=AgentToken.objects.get(prefix=first[:8]))
-    assert agent_for_token(first) is None
-    assert agent_for_token(second) == agent
-    assert agent_for_token("cs_not-a-token") is None
+    assert agent_authenticate(token=first) is None
+    assert agent_authenticate(token=second) == agent
+    assert agent_authenticate(token="cs_not-a-token") is None
 
 
 def test_revoking_twice_changes_nothing_more() -> None:
@@ -96,3 +97,20 @@ def test_revoking_twice_changes_nothing_more() -> None:
     row.refresh_from_db()
     assert row.revoked_at == revoked_at
     assert AuditEntry.objects.filter(action="token revoked").count() == 1
+
+
+def test_authenticating_notes_the_tokens_last_use_at_most_once_a_minute(db: None) -> None:
+    agent = agent_create_or_update(name="bot")
+    token = agent_token_issue(agent=agent)
+    row = AgentToken.objects.get(agent=agent)
+    assert row.last_used_at is None
+    assert agent_authenticate(token=token) == agent
+    first_use = AgentToken.objects.get(pk=row.pk).last_used_at
+    assert first_use is not None
+    agent_authenticate(token=token)
+    assert AgentToken.objects.get(pk=row.pk).last_used_at == first_use
+    AgentToken.objects.filter(pk=row.pk).update(last_used_at=first_use - timedelta(minutes=2))
+    agent_authenticate(token=token)
+    later = AgentToken.objects.get(pk=row.pk).last_used_at
+    assert later is not None
+    assert later > first_use - timedelta(minutes=2)
