@@ -78,7 +78,7 @@ def parse_since(query_string: bytes) -> datetime | None:
 
 
 @database_sync_to_async
-def _authenticate(token: str) -> Agent | None:
+def _agent_by_token(token: str) -> Agent | None:
     return agent_authenticate(token=token)
 
 
@@ -111,7 +111,7 @@ class _AgentConsumer(AsyncJsonWebsocketConsumer):
         """The socket's active agent; otherwise the (accepted) socket is closed with
         ``4401`` (missing or unknown token) or ``4403`` (disabled agent) and this is None."""
         token = bearer_token(self.scope["headers"])
-        agent = None if token is None else await _authenticate(token)
+        agent = None if token is None else await _agent_by_token(token)
         if agent is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return None
