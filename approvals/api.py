@@ -23,6 +23,7 @@ from ninja.security import HttpBearer
 import capcore
 from approvals import jsontext, selectors
 from approvals.models import Agent, Call
+from approvals.ratelimit import submission_limiter
 from approvals.services.agents import agent_authenticate
 from approvals.services.calls import IdempotencyConflict, Submission, call_submit
 from approvals.services.lifecycle import AlreadyFinal, call_cancel
@@ -54,6 +55,7 @@ ALREADY_FINAL = "The call is already final."
 BAD_QUERY = "A query parameter is malformed or out of range."
 UNAUTHENTICATED = "A valid bearer token is required."
 AGENT_DISABLED = "This agent is disabled."
+RATE_LIMITED = "Too many submissions from this agent; retry after the Retry-After seconds."
 
 
 class ApiError(Exception):
@@ -333,12 +335,19 @@ def _own_call(request: HttpRequest, call_id: str) -> Call:
             "201": _json(CALL_STATE_SCHEMA, "A new call"),
             "200": _json(CALL_STATE_SCHEMA, "An idempotent replay"),
             "409": _json(ERROR_SCHEMA, "Idempotency-Key reused with another body"),
+            "429": _json(ERROR_SCHEMA, "Rate limited; see Retry-After"),
             **ERRORS,
         },
     },
 )
 def calls_submit(request: HttpRequest) -> HttpResponse:
     agent = _agent(request)
+    limiter = submission_limiter()
+    retry_after = None if limiter is None else limiter.hit(f"agent:{agent.pk}")
+    if retry_after is not None:
+        response = error_response(429, "rate_limited", RATE_LIMITED)
+        response["Retry-After"] = str(retry_after)
+        return response
     try:
         call, created = call_submit(agent=agent, submission=_submission(request, agent))
     except IdempotencyConflict:

@@ -12,3 +12,10 @@ def _plain_static_storage(settings: Any) -> None:
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_limit(settings: Any) -> None:
+    """Rate limits are tested on purpose (tests/approvals/test_ratelimit.py); elsewhere the
+    process-wide counters would carry over from test to test."""
+    settings.COUNTERSIGN_RATE_LIMIT = None

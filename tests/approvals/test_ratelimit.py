@@ -1,0 +1,72 @@
+"""Per-agent submission limits: a sliding window, 429 with Retry-After, shared through Redis."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import uuid
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from approvals.models import Agent, AgentToken, Call
+from approvals.ratelimit import LocalLimiter, RedisLimiter
+
+REDIS_URL = "redis://127.0.0.1:6379/5"
+
+
+def _redis_up() -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_the_local_window_allows_n_then_says_how_long_to_wait() -> None:
+    limiter = LocalLimiter(3, 60)
+    assert [limiter.hit("a") for _ in range(3)] == [None, None, None]
+    wait = limiter.hit("a")
+    assert wait is not None
+    assert 59 <= wait <= 60
+    assert limiter.hit("b") is None  # per key
+
+
+def test_the_window_slides(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr("approvals.ratelimit.time.monotonic", lambda: now[0])
+    limiter = LocalLimiter(2, 60)
+    assert limiter.hit("a") is None
+    now[0] += 30
+    assert limiter.hit("a") is None
+    assert limiter.hit("a") == 30  # the first leaves the window 30 s from now
+    now[0] += 30
+    assert limiter.hit("a") is None  # the first has left; a burst never exceeds 2 per 60 s
+    assert limiter.hit("a") is not None
+
+
+@pytest.mark.skipif(not _redis_up(), reason="Redis is not reachable on 127.0.0.1:6379")
+def test_redis_counts_across_workers() -> None:
+    key = f"test-{uuid.uuid4().hex}"
+    first, second = RedisLimiter(REDIS_URL, 3, 60), RedisLimiter(REDIS_URL, 3, 60)
+    assert [first.hit(key), second.hit(key), first.hit(key)] == [None, None, None]
+    wait = second.hit(key)
+    assert wait is not None
+    assert 59 <= wait <= 60
+
+
+def test_the_api_answers_429_with_retry_after(db: None, settings: Any) -> None:
+    settings.COUNTERSIGN_RATE_LIMIT = (2, 60)
+    agent = Agent.objects.create(name=f"bot-{uuid.uuid4().hex}", principal="p")
+    AgentToken.objects.create(
+        agent=agent, digest=hashlib.sha256(b"cs_rate").hexdigest(), prefix="cs_rate"
+    )
+    client = Client(HTTP_AUTHORIZATION="Bearer cs_rate")
+    body = json.dumps({"tool": "read_file", "arguments": "{}"})
+    codes = [client.post("/api/v1/calls", body, content_type="application/json") for _ in range(3)]
+    assert [r.status_code for r in codes] == [201, 201, 429]
+    assert codes[2].json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(codes[2]["Retry-After"]) <= 60
+    assert Call.objects.count() == 2
