@@ -59,6 +59,7 @@ def test_redis_counts_across_workers() -> None:
 
 def test_the_api_answers_429_with_retry_after(db: None, settings: Any) -> None:
     settings.COUNTERSIGN_RATE_LIMIT = (2, 60)
+    settings.REDIS_URL = ""  # a fresh in-process window; Redis is tested above with unique keys
     agent = Agent.objects.create(name=f"bot-{uuid.uuid4().hex}", principal="p")
     AgentToken.objects.create(
         agent=agent, digest=hashlib.sha256(b"cs_rate").hexdigest(), prefix="cs_rate"
