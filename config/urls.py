@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals.api import api, api_not_found
+from config import bench
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
@@ -13,3 +15,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/", api.urls),
     re_path(r"^api/", csrf_exempt(api_not_found)),
 ]
+
+if settings.COUNTERSIGN_BENCH:
+    urlpatterns.append(path("bench/bare", bench.bare))

@@ -1,0 +1,104 @@
+"""Start and stop what a benchmark needs on loopback: a fresh database, a daphne server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _env(database_url: str, extra: dict[str, str]) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": database_url,
+        "COUNTERSIGN_RATE_LIMIT": "0",
+        "DEBUG": "0",
+        **extra,
+    }
+
+
+def manage(database_url: str, *args: str, extra: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=_env(database_url, extra or {}),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout
+
+
+@contextmanager
+def database(url: str | None) -> Iterator[str]:
+    """A migrated, empty database: a temporary SQLite file, or the given URL flushed."""
+    with tempfile.TemporaryDirectory() as folder:
+        database_url = url or f"sqlite:///{folder}/bench.sqlite3"
+        manage(database_url, "migrate", "--noinput", "-v0")
+        if url:
+            manage(database_url, "flush", "--noinput")
+            manage(database_url, "migrate", "--noinput", "-v0")
+        yield database_url
+
+
+@contextmanager
+def server(database_url: str, extra: dict[str, str] | None = None) -> Iterator[str]:
+    """A daphne process serving the app; yields its base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "config.asgi:application",
+        ],
+        cwd=ROOT,
+        env=_env(database_url, {"COUNTERSIGN_BENCH": "1", **(extra or {})}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{url}/api/v1/currencies", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("the benchmark server did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
