@@ -142,3 +142,5 @@ COUNTERSIGN_HOLD_TIMEOUT = env_int("COUNTERSIGN_HOLD_TIMEOUT", 3600, minimum=1, 
 COUNTERSIGN_MAX_WAIT = env_int("COUNTERSIGN_MAX_WAIT", 60, minimum=0, maximum=3600)
 COUNTERSIGN_MAX_BODY = env_int("COUNTERSIGN_MAX_BODY", 1_048_576, minimum=1024, maximum=1 << 30)
 COUNTERSIGN_RATE_LIMIT = env_rate("COUNTERSIGN_RATE_LIMIT", "600/m")
+# Adds /bench/bare, the bare async endpoint bench/ compares the agent API with.
+COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False)
