@@ -1,0 +1,116 @@
+"""``python -m countersign submit …``: submit a tool call from a shell and print its state.
+
+The exit status is 0 only when the call may go (allowed or approved), so a script can gate a
+command with ``python -m countersign submit … --wait && the-command``; it is 1 for anything
+else (refused, denied, still pending, an error, a passed deadline) and 2 for a usage error.
+Errors go to stderr as one line, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from countersign.client import Client
+from countersign.errors import CountersignError
+from countersign.protocol import GO_STATUSES, CallState
+
+EXIT_GO = 0
+EXIT_NO_GO = 1
+EXIT_INTERRUPTED = 130
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+NO_TOKEN = "a token is required: --token or the COUNTERSIGN_TOKEN environment variable"  # noqa: S105
+DEADLINE_NEEDS_WAIT = "--deadline needs --wait"
+BAD_DEADLINE = "the deadline must be a positive number of seconds"
+STILL_PENDING = "{error} (call {call_id})"
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(BAD_DEADLINE) from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(BAD_DEADLINE)
+    return seconds
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m countersign", description="The command line of the Countersign client."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    submit = commands.add_parser(
+        "submit",
+        help="submit a tool call and print its state as JSON",
+        description="Submit a tool call and print its state (with --wait: its final state).",
+    )
+    submit.add_argument(
+        "--url",
+        default=os.environ.get("COUNTERSIGN_URL", DEFAULT_URL),
+        help=f"the service (default: $COUNTERSIGN_URL, else {DEFAULT_URL})",
+    )
+    submit.add_argument(
+        "--token",
+        default=os.environ.get("COUNTERSIGN_TOKEN"),
+        help="the agent's API token (default: $COUNTERSIGN_TOKEN, which keeps it out of ps)",
+    )
+    submit.add_argument("--tool", required=True, help="the tool's name")
+    submit.add_argument(
+        "--arguments", required=True, help="the arguments as JSON text, sent exactly as given"
+    )
+    submit.add_argument("--principal", help="on whose behalf (default: the agent's own)")
+    submit.add_argument("--run-id", help="the agent run this call belongs to")
+    submit.add_argument("--context", help="why the agent wants this, shown to the approver")
+    submit.add_argument("--wait", action="store_true", help="wait for the final state")
+    submit.add_argument(
+        "--deadline", type=_seconds, help="with --wait: give up after this many seconds"
+    )
+    return parser
+
+
+def _submit(client: Client, options: argparse.Namespace) -> CallState:
+    state = client.submit(
+        options.tool,
+        options.arguments,
+        principal=options.principal,
+        run_id=options.run_id,
+        context=options.context,
+    )
+    if not options.wait:
+        return state
+    try:
+        return client.wait(state, deadline=options.deadline)
+    except TimeoutError as error:
+        raise TimeoutError(STILL_PENDING.format(error=error, call_id=state["id"])) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    options = parser.parse_args(argv)
+    if not options.token:
+        parser.error(NO_TOKEN)
+    if options.deadline is not None and not options.wait:
+        parser.error(DEADLINE_NEEDS_WAIT)
+    try:
+        client = Client(options.url, options.token)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        with client:
+            state = _submit(client, options)
+    except (CountersignError, TimeoutError) as error:
+        print(f"countersign: {error}", file=sys.stderr)
+        return EXIT_NO_GO
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    print(json.dumps(state, indent=2, ensure_ascii=False))
+    return EXIT_GO if state["status"] in GO_STATUSES else EXIT_NO_GO
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""``Client`` and ``AsyncClient``: submit a tool call, wait for its decision, run it only on go.
+
+Both build requests and read answers with ``countersign.protocol`` and wait by the plan in
+``countersign.waiting``; only their I/O differs. The sync client uses websockets' own sync
+client rather than an event loop of its own, so it also works where a loop is already
+running (a notebook, sync code called from async code).
+
+Fail-closed: anything but a final ``allowed`` or ``approved`` — a refusal, a denial, an error,
+an unreachable service — ends in an exception from ``gated``, never in running the function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, ParamSpec, Self, TypeVar
+
+import httpx
+from websockets.asyncio.client import connect as connect_async
+from websockets.sync.client import connect as connect_sync
+
+from countersign import errors, protocol, waiting
+from countersign.protocol import CallState
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Client:
+    """The agent API over HTTP and WebSockets, for synchronous code.
+
+    ``base_url`` is the service (``http://127.0.0.1:8000``), ``token`` the agent's API token,
+    ``timeout`` the seconds allowed for each HTTP request (a long-poll gets its own wait on
+    top). ``http`` is an ``httpx.Client`` to use instead of one of its own (proxies, TLS
+    settings, tests); it is left open by ``close``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = protocol.base_url(base_url)
+        self.timeout = timeout
+        self._auth = protocol.auth_headers(token)
+        self._own_http = http is None
+        self._http = httpx.Client(timeout=timeout) if http is None else http
+
+    def close(self) -> None:
+        if self._own_http:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def submit(
+        self,
+        tool: str,
+        arguments: object,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        context: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> CallState:
+        """Submit a call and return its state, whose status is the verdict (``pending`` if
+        held). ``arguments`` is JSON text (sent as is) or anything ``json.dumps`` takes.
+
+        Network errors and 502/503/504 are retried with the same Idempotency-Key, so a retry
+        never creates a second call; other errors raise at once."""
+        body = protocol.submit_body(
+            tool, arguments, principal=principal, run_id=run_id, context=context, usage=usage
+        )
+        headers = protocol.submit_headers(self._auth, idempotency_key)
+        return self._request("POST", protocol.CALLS_PATH, content=body, headers=headers)
+
+    def get(self, call: CallState | str) -> CallState:
+        """The call's current state (``call`` is a state or a call id)."""
+        return self._request("GET", protocol.call_path(call))
+
+    def cancel(self, call: CallState | str) -> CallState:
+        """Withdraw a pending call; ``Conflict`` if it is final already. Not retried: the retry
+        of a cancel that went through would be told ``Conflict``."""
+        return self._request("POST", protocol.call_path(call, "/cancel"), attempts=1)
+
+    def wait(self, call: CallState | str, *, deadline: float | None = None) -> CallState:
+        """The call's final state: by WebSocket, else by long-poll, reconnecting with backoff
+        for as long as it takes. ``deadline`` (seconds from now) bounds that with
+        ``TimeoutError``; the call then stays pending on the service."""
+        if protocol.is_final(call):
+            return call
+        plan = waiting.WaitPlan(deadline)
+        while True:
+            if plan.websocket:
+                try:
+                    return self._wait_socket(call, plan)
+                except waiting.SocketRefused:
+                    plan.websocket = False
+                except waiting.SocketLost:
+                    pass
+            try:
+                state = self._poll(call, plan)
+            except waiting.PollFailed:
+                time.sleep(plan.pause())
+                continue
+            plan.reached()
+            if protocol.is_final(state):
+                return state
+
+    def call(
+        self,
+        tool: str,
+        arguments: object,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        context: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        deadline: float | None = None,
+    ) -> CallState:
+        """``submit`` and ``wait``: the final state, whatever it is."""
+        state = self.submit(
+            tool,
+            arguments,
+            principal=principal,
+            run_id=run_id,
+            context=context,
+            usage=usage,
+            idempotency_key=idempotency_key,
+        )
+        return self.wait(state, deadline=deadline)
+
+    def gated(
+        self,
+        tool: str,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        deadline: float | None = None,
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """A decorator: each call of the function is submitted as ``tool`` with the function's
+        arguments by parameter name, and the function runs only if the call is allowed or
+        approved. Otherwise ``Denied`` (with the status and comment); an error or an
+        unreachable service raises too, and the function does not run."""
+
+        def decorate(function: Callable[P, R]) -> Callable[P, R]:
+            signature = inspect.signature(function)
+
+            @functools.wraps(function)
+            def gate(*args: P.args, **kwargs: P.kwargs) -> R:
+                arguments = protocol.bound_arguments(signature, args, kwargs)
+                state = self.call(
+                    tool, arguments, principal=principal, run_id=run_id, deadline=deadline
+                )
+                protocol.raise_unless_go(state)
+                return function(*args, **kwargs)
+
+            return gate
+
+        return decorate
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        attempts: int = protocol.ATTEMPTS,
+    ) -> CallState:
+        failure = ""
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(protocol.backoff(attempt))
+            try:
+                response = self._http.request(
+                    method, self.base_url + path, content=content, headers=headers or self._auth
+                )
+            except httpx.TransportError as error:
+                failure = type(error).__name__
+                continue
+            if response.status_code not in protocol.RETRY_STATUSES:
+                return protocol.state_from(response)
+            failure = f"HTTP {response.status_code}"
+        raise protocol.unavailable(failure)
+
+    def _poll(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
+        query, read = plan.poll(self.timeout)
+        try:
+            response = self._http.get(
+                self.base_url + protocol.call_path(call, "/wait"),
+                params=query,
+                headers=self._auth,
+                timeout=httpx.Timeout(self.timeout, read=read),
+            )
+        except httpx.TransportError:
+            raise waiting.PollFailed from None
+        return waiting.poll_state(response)
+
+    def _wait_socket(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
+        url = protocol.socket_url(self.base_url, call)
+        try:
+            with connect_sync(
+                url,
+                additional_headers=self._auth,
+                open_timeout=plan.open_timeout(),
+                close_timeout=waiting.CLOSE_TIMEOUT,
+            ) as socket:
+                plan.reached()
+                while True:
+                    state = waiting.call_message(socket.recv(timeout=plan.time_left()))
+                    if state is not None and protocol.is_final(state):
+                        return state
+        except waiting.SOCKET_ERRORS as error:
+            raise waiting.socket_failure(error) from None
+
+
+class AsyncClient:
+    """``Client`` for asyncio code: the same methods, as coroutines; ``http`` is an
+    ``httpx.AsyncClient``; close with ``aclose`` or ``async with``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = protocol.base_url(base_url)
+        self.timeout = timeout
+        self._auth = protocol.auth_headers(token)
+        self._own_http = http is None
+        self._http = httpx.AsyncClient(timeout=timeout) if http is None else http
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def submit(
+        self,
+        tool: str,
+        arguments: object,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        context: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> CallState:
+        """As ``Client.submit``."""
+        body = protocol.submit_body(
+            tool, arguments, principal=principal, run_id=run_id, context=context, usage=usage
+        )
+        headers = protocol.submit_headers(self._auth, idempotency_key)
+        return await self._request("POST", protocol.CALLS_PATH, content=body, headers=headers)
+
+    async def get(self, call: CallState | str) -> CallState:
+        """As ``Client.get``."""
+        return await self._request("GET", protocol.call_path(call))
+
+    async def cancel(self, call: CallState | str) -> CallState:
+        """As ``Client.cancel``."""
+        return await self._request("POST", protocol.call_path(call, "/cancel"), attempts=1)
+
+    async def wait(self, call: CallState | str, *, deadline: float | None = None) -> CallState:
+        """As ``Client.wait``."""
+        if protocol.is_final(call):
+            return call
+        plan = waiting.WaitPlan(deadline)
+        while True:
+            if plan.websocket:
+                try:
+                    return await self._wait_socket(call, plan)
+                except waiting.SocketRefused:
+                    plan.websocket = False
+                except waiting.SocketLost:
+                    pass
+            try:
+                state = await self._poll(call, plan)
+            except waiting.PollFailed:
+                await asyncio.sleep(plan.pause())
+                continue
+            plan.reached()
+            if protocol.is_final(state):
+                return state
+
+    async def call(
+        self,
+        tool: str,
+        arguments: object,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        context: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        deadline: float | None = None,
+    ) -> CallState:
+        """As ``Client.call``."""
+        state = await self.submit(
+            tool,
+            arguments,
+            principal=principal,
+            run_id=run_id,
+            context=context,
+            usage=usage,
+            idempotency_key=idempotency_key,
+        )
+        return await self.wait(state, deadline=deadline)
+
+    def gated(
+        self,
+        tool: str,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        deadline: float | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
+        """As ``Client.gated``, for ``async def`` functions."""
+
+        def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+            if not inspect.iscoroutinefunction(function):
+                raise TypeError(errors.NOT_ASYNC)
+            signature = inspect.signature(function)
+
+            @functools.wraps(function)
+            async def gate(*args: P.args, **kwargs: P.kwargs) -> R:
+                arguments = protocol.bound_arguments(signature, args, kwargs)
+                state = await self.call(
+                    tool, arguments, principal=principal, run_id=run_id, deadline=deadline
+                )
+                protocol.raise_unless_go(state)
+                return await function(*args, **kwargs)
+
+            return gate
+
+        return decorate
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        attempts: int = protocol.ATTEMPTS,
+    ) -> CallState:
+        failure = ""
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(protocol.backoff(attempt))
+            try:
+                response = await self._http.request(
+                    method, self.base_url + path, content=content, headers=headers or self._auth
+                )
+            except httpx.TransportError as error:
+                failure = type(error).__name__
+                continue
+            if response.status_code not in protocol.RETRY_STATUSES:
+                return protocol.state_from(response)
+            failure = f"HTTP {response.status_code}"
+        raise protocol.unavailable(failure)
+
+    async def _poll(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
+        query, read = plan.poll(self.timeout)
+        try:
+            response = await self._http.get(
+                self.base_url + protocol.call_path(call, "/wait"),
+                params=query,
+                headers=self._auth,
+                timeout=httpx.Timeout(self.timeout, read=read),
+            )
+        except httpx.TransportError:
+            raise waiting.PollFailed from None
+        return waiting.poll_state(response)
+
+    async def _wait_socket(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
+        url = protocol.socket_url(self.base_url, call)
+        try:
+            async with (
+                asyncio.timeout(plan.time_left()),
+                connect_async(
+                    url,
+                    additional_headers=self._auth,
+                    open_timeout=plan.open_timeout(),
+                    close_timeout=waiting.CLOSE_TIMEOUT,
+                ) as socket,
+            ):
+                plan.reached()
+                while True:
+                    state = waiting.call_message(await socket.recv())
+                    if state is not None and protocol.is_final(state):
+                        return state
+        except waiting.SOCKET_ERRORS as error:
+            raise waiting.socket_failure(error) from None

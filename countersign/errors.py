@@ -1,0 +1,115 @@
+"""What can go wrong for an agent, as exceptions that say what to do next.
+
+Every one of them means the same thing for the agent: the call is not approved, so the tool
+must not run. ``Denied`` is the service's answer (refused by policy, denied by a reviewer,
+expired or cancelled); the others are failures to get an answer at all. Messages never repeat
+the call's arguments: they end up in logs and in a model's context.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+UNAUTHORIZED = (
+    "The service did not accept the token (401): check the token; it may be mistyped, "
+    "revoked, or meant for another server."
+)
+FORBIDDEN = (
+    "The service refused this agent (403): the agent is disabled, or it may not act for that "
+    "principal; ask the service's administrator."
+)
+NOT_FOUND = (
+    "No such call for this agent (404): check the call id; an agent sees only its own calls."
+)
+CONFLICT = (
+    "The service refused a repeat (409): an Idempotency-Key was reused with another body, or "
+    "the call is already final; use a new key, or read the call's state."
+)
+TOO_LARGE = "The request is too large (413): shrink the arguments or the context."
+RATE_LIMITED = "Too many requests (429): wait {wait} before trying again."
+BAD_REQUEST = "The service rejected the request as malformed (400): fix the request."
+UNEXPECTED_STATUS = "The service answered HTTP {status}: the call is not approved; do not run it."
+SERVICE_UNAVAILABLE = (
+    "The approval service could not be reached or failed ({detail}): the call is not approved; "
+    "do not run it, and try again later."
+)
+NOT_ASYNC = "AsyncClient.gated wraps async def functions; use Client.gated for plain ones."
+BAD_TOKEN = "The token must be visible ASCII characters without spaces: check the token."  # noqa: S105
+BAD_URL = "The service URL must start with http:// or https://."
+SERVICE_SAYS = " The service says: {detail}"
+NOT_A_STATE = "the answer is not a call state"
+DEADLINE_PASSED = (
+    "No decision before the deadline: the call is still pending on the service; "
+    "wait for it again, or cancel it."
+)
+
+DENIED = "The call was {status}: do not run the tool; {advice}"
+DENIED_ADVICE = {
+    "refused": "the policy refuses it, so change the call rather than retry it unchanged.",
+    "denied": "a reviewer denied it, so do not retry it unchanged.",
+    "expired": "no one decided in time; submit it again only if it is still needed.",
+    "cancelled": "it was withdrawn.",
+}
+DENIED_COMMENT = " Comment: {comment}"
+
+
+class CountersignError(Exception):
+    """The call is not approved. ``code`` is the service's machine code, when it sent one."""
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class BadRequest(CountersignError):
+    """400: the request is malformed (the service's message says which part)."""
+
+
+class Unauthorized(CountersignError):
+    """401: the token is missing, unknown or revoked."""
+
+
+class Forbidden(CountersignError):
+    """403: the agent is disabled, or it may not act for the principal it named."""
+
+
+class NotFound(CountersignError):
+    """404: no such call among this agent's calls."""
+
+
+class Conflict(CountersignError):
+    """409: an Idempotency-Key reused with another body, or a cancel of a final call."""
+
+
+class TooLarge(CountersignError):
+    """413: the body is over the service's limit."""
+
+
+class RateLimited(CountersignError):
+    """429: too many requests; ``retry_after`` is the service's advice in seconds, if any."""
+
+    def __init__(self, message: str, *, code: str = "", retry_after: float | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class ServiceUnavailable(CountersignError):
+    """The service could not be reached, or failed, even after retrying."""
+
+
+class Denied(CountersignError):
+    """The service's answer is no: ``status`` is ``refused``, ``denied``, ``expired`` or
+    ``cancelled``; ``comment`` is the decision's comment (for ``refused``, which nobody
+    decided, the policy's reasons); ``state`` is the whole final call state."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+        self.status: str = state["status"]
+        self.reasons: list[dict[str, Any]] = list(state.get("reasons") or [])
+        decision = state.get("decision")
+        reasons = "; ".join(str(reason.get("message", "")) for reason in self.reasons)
+        self.comment: str = (decision.get("comment") or "") if decision else reasons
+        message = DENIED.format(status=self.status, advice=DENIED_ADVICE.get(self.status, ""))
+        if self.comment:
+            message += DENIED_COMMENT.format(comment=self.comment)
+        super().__init__(message)

@@ -1,0 +1,219 @@
+"""The agent API without I/O, shared by ``Client`` and ``AsyncClient`` so that both build the
+same requests and read answers the same way: request bodies and headers, paths, answers to
+call states or exceptions, which statuses mean go, and the retry schedule.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeGuard
+from urllib.parse import quote
+
+import httpx
+
+from countersign import errors
+
+CallState = dict[str, Any]
+
+TOKEN = re.compile(r"[!-~]+", re.ASCII)  # visible ASCII, as a header value must be
+
+FINAL_STATUSES = frozenset({"allowed", "refused", "approved", "denied", "expired", "cancelled"})
+GO_STATUSES = frozenset({"allowed", "approved"})
+
+CALLS_PATH = "/api/v1/calls"
+SOCKET_PATH = "/ws/v1/calls/{call_id}"
+SOCKET_SCHEMES = {"http": "ws", "https": "wss"}
+
+# Worth another try: the service, or a proxy in front of it, is restarting or overloaded.
+RETRY_STATUSES = frozenset({502, 503, 504})
+ATTEMPTS = 4  # a try and three retries, with under two seconds of backoff in all
+BACKOFF_BASE = 0.25
+BACKOFF_CAP = 4.0
+DETAIL_LIMIT = 300
+
+_ERRORS: dict[int, tuple[type[errors.CountersignError], str]] = {
+    400: (errors.BadRequest, errors.BAD_REQUEST),
+    401: (errors.Unauthorized, errors.UNAUTHORIZED),
+    403: (errors.Forbidden, errors.FORBIDDEN),
+    404: (errors.NotFound, errors.NOT_FOUND),
+    409: (errors.Conflict, errors.CONFLICT),
+    413: (errors.TooLarge, errors.TOO_LARGE),
+}
+
+
+def auth_headers(token: str) -> dict[str, str]:
+    """The bearer header; a token that cannot be one (empty, spaces, non-ASCII) is refused
+    here, without repeating it, rather than as an odd error from the HTTP layer."""
+    if not TOKEN.fullmatch(token):
+        raise ValueError(errors.BAD_TOKEN)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def arguments_text(arguments: object) -> str:
+    """The arguments as JSON text: a string is taken to be that text already (as a model wrote
+    it) and is sent unchanged; anything else is serialised, refusing NaN and infinities, which
+    are not JSON."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+
+
+def submit_body(
+    tool: str,
+    arguments: object,
+    *,
+    principal: str | None = None,
+    run_id: str | None = None,
+    context: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> bytes:
+    """The ``POST /api/v1/calls`` body, serialised once: a retry must send the very same bytes,
+    or the service takes the reused Idempotency-Key for another request (409)."""
+    body: dict[str, Any] = {"tool": tool, "arguments": arguments_text(arguments)}
+    optional = {
+        "principal": principal,
+        "run_id": run_id,
+        "context": context,
+        "usage": None if usage is None else dict(usage),
+    }
+    body.update({name: value for name, value in optional.items() if value is not None})
+    return json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+
+
+def submit_headers(token_headers: Mapping[str, str], idempotency_key: str | None) -> dict[str, str]:
+    """Headers for one submit, with its Idempotency-Key (a fresh one unless given): the key is
+    fixed before the first attempt so that every retry of this submit carries it."""
+    return {
+        **token_headers,
+        "Content-Type": "application/json",
+        "Idempotency-Key": idempotency_key or str(uuid.uuid4()),
+    }
+
+
+def call_id(state_or_id: CallState | str) -> str:
+    return state_or_id if isinstance(state_or_id, str) else str(state_or_id["id"])
+
+
+def call_path(state_or_id: CallState | str, suffix: str = "") -> str:
+    return f"{CALLS_PATH}/{quote(call_id(state_or_id), safe='')}{suffix}"
+
+
+def base_url(url: str) -> str:
+    """The service's address without a trailing slash; only ``http`` and ``https`` will do."""
+    scheme, _, _ = url.partition("://")
+    if scheme.lower() not in SOCKET_SCHEMES:
+        raise ValueError(errors.BAD_URL)
+    return url.rstrip("/")
+
+
+def socket_url(base: str, state_or_id: CallState | str) -> str:
+    """The call's WebSocket URL on the service's host (``http`` → ``ws``, ``https`` → ``wss``)."""
+    scheme, _, rest = base.partition("://")
+    path = SOCKET_PATH.format(call_id=quote(call_id(state_or_id), safe=""))
+    return f"{SOCKET_SCHEMES[scheme.lower()]}://{rest}{path}"
+
+
+def is_final(state_or_id: CallState | str) -> TypeGuard[CallState]:
+    return not isinstance(state_or_id, str) and state_or_id.get("status") in FINAL_STATUSES
+
+
+def backoff(failures: int) -> float:
+    """Seconds to pause after ``failures`` failures in a row: doubling up to a cap, half of it
+    random so that agents cut off together do not all come back in the same instant."""
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** max(failures - 1, 0))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not secrecy
+
+
+def retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds: delay-seconds or an HTTP date; None if absent or invalid."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max((moment - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+def unavailable(detail: str, says: str = "", *, code: str = "") -> errors.ServiceUnavailable:
+    """``ServiceUnavailable`` naming what failed (an exception's class, an HTTP status)."""
+    return errors.ServiceUnavailable(
+        errors.SERVICE_UNAVAILABLE.format(detail=detail) + says, code=code
+    )
+
+
+def _error_body(response: httpx.Response) -> tuple[str, str]:
+    """The service's error code and message, or empty strings (e.g. a proxy's HTML page)."""
+    try:
+        error = response.json()["error"]
+        return str(error.get("code", "")), str(error.get("message", ""))[:DETAIL_LIMIT]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return "", ""
+
+
+def error_for(response: httpx.Response) -> errors.CountersignError:
+    """The exception for an error answer. The service's own message is added: it never repeats
+    what the agent sent, and it says which field or which rule is at fault."""
+    code, detail = _error_body(response)
+    status = response.status_code
+    says = errors.SERVICE_SAYS.format(detail=detail) if detail else ""
+    if status == 429:
+        after = retry_after(response.headers.get("Retry-After"))
+        wait = "a moment" if after is None else f"{after:g} seconds"
+        message = errors.RATE_LIMITED.format(wait=wait) + says
+        return errors.RateLimited(message, code=code, retry_after=after)
+    if status in _ERRORS:
+        kind, message = _ERRORS[status]
+        return kind(message + says, code=code)
+    if status >= 500:
+        return unavailable(f"HTTP {status}", says, code=code)
+    return errors.CountersignError(errors.UNEXPECTED_STATUS.format(status=status) + says, code=code)
+
+
+def state_from(response: httpx.Response) -> CallState:
+    """The call state in a successful answer; otherwise raises the matching error."""
+    if not response.is_success:
+        raise error_for(response)
+    try:
+        state = response.json()
+    except ValueError:
+        state = None
+    if not isinstance(state, dict) or not isinstance(state.get("status"), str) or "id" not in state:
+        raise unavailable(errors.NOT_A_STATE)
+    return state
+
+
+def raise_unless_go(state: CallState) -> CallState:
+    """The final state if it means go; else ``Denied`` carrying it."""
+    if state["status"] not in GO_STATUSES:
+        raise errors.Denied(state)
+    return state
+
+
+def bound_arguments(
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A gated function's call as tool arguments: parameter name → value, defaults included
+    (the reviewer sees what will run), ``**kwargs`` merged in. A call that does not fit the
+    signature raises ``TypeError`` here, before anything is submitted."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    arguments: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(value)
+        else:
+            arguments[name] = value
+    return arguments

@@ -1,0 +1,170 @@
+"""The clients' HTTP side against a simulated service: retries keep their Idempotency-Key,
+errors are not retried, and ``gated`` never runs the function without a go."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from countersign import AsyncClient, Client, Denied, ServiceUnavailable, Unauthorized, protocol
+from tests.live import free_port
+
+URL = "http://countersign.test"
+TOKEN = "cs_unit-token"
+STATE: dict[str, Any] = {"id": "5f0c2d1e-0000-4000-8000-000000000000", "status": "allowed"}
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+@pytest.fixture(autouse=True)
+def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocol, "BACKOFF_BASE", 0.001)
+
+
+def recording(*answers: httpx.Response | Exception) -> tuple[list[httpx.Request], Handler]:
+    """A service that gives these answers in turn (an exception is a network failure)."""
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        answer = answers[min(len(seen), len(answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return seen, handle
+
+
+def sync_client(handler: Handler) -> Client:
+    return Client(URL, TOKEN, http=httpx.Client(transport=httpx.MockTransport(handler)))
+
+
+def test_a_submit_retried_after_a_503_carries_the_same_key_and_body() -> None:
+    seen, handler = recording(httpx.Response(503), httpx.Response(201, json=STATE))
+    assert sync_client(handler).submit("pay", {"amount": "1.00"}) == STATE
+    assert len(seen) == 2
+    first, retry = seen
+    assert first.headers["Idempotency-Key"] == retry.headers["Idempotency-Key"]
+    assert first.content == retry.content
+    assert first.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert json.loads(first.content)["arguments"] == '{"amount": "1.00"}'
+
+
+def test_a_network_error_is_retried_with_the_same_key() -> None:
+    seen, handler = recording(httpx.ConnectError("refused"), httpx.Response(200, json=STATE))
+    sync_client(handler).submit("pay", "{}", idempotency_key="run-7-step-3")
+    assert [r.headers["Idempotency-Key"] for r in seen] == ["run-7-step-3"] * 2
+
+
+def test_each_submit_has_its_own_key() -> None:
+    seen, handler = recording(httpx.Response(201, json=STATE))
+    client = sync_client(handler)
+    client.submit("pay", "{}")
+    client.submit("pay", "{}")
+    assert seen[0].headers["Idempotency-Key"] != seen[1].headers["Idempotency-Key"]
+
+
+def test_retries_run_out_into_service_unavailable() -> None:
+    seen, handler = recording(httpx.Response(502))
+    with pytest.raises(ServiceUnavailable, match="HTTP 502"):
+        sync_client(handler).submit("pay", "{}")
+    assert len(seen) == protocol.ATTEMPTS
+
+
+def test_an_error_answer_is_not_retried() -> None:
+    seen, handler = recording(
+        httpx.Response(401, json={"error": {"code": "unauthenticated", "message": "No."}})
+    )
+    with pytest.raises(Unauthorized) as raised:
+        sync_client(handler).submit("pay", "{}")
+    assert raised.value.code == "unauthenticated"
+    assert len(seen) == 1
+
+
+def test_a_cancel_is_sent_once() -> None:
+    seen, handler = recording(httpx.Response(503))
+    with pytest.raises(ServiceUnavailable):
+        sync_client(handler).cancel(STATE)
+    assert [(r.method, r.url.path) for r in seen] == [
+        ("POST", f"/api/v1/calls/{STATE['id']}/cancel")
+    ]
+
+
+def test_gated_submits_the_functions_arguments_and_runs_it_when_allowed() -> None:
+    seen, handler = recording(httpx.Response(201, json=STATE))
+    client = sync_client(handler)
+
+    @client.gated("pay", run_id="run-7")
+    def pay(amount: str, currency: str = "USD") -> str:
+        return f"paid {amount} {currency}"
+
+    assert pay("12.50") == "paid 12.50 USD"
+    body = json.loads(seen[0].content)
+    assert body == {
+        "tool": "pay",
+        "arguments": '{"amount": "12.50", "currency": "USD"}',
+        "run_id": "run-7",
+    }
+
+
+def test_gated_does_not_run_the_function_on_a_refusal() -> None:
+    refusal = {**STATE, "status": "refused", "reasons": [{"message": "over the limit"}]}
+    _, handler = recording(httpx.Response(201, json=refusal))
+    ran: list[str] = []
+
+    @sync_client(handler).gated("pay")
+    def pay(amount: str) -> None:
+        ran.append(amount)
+
+    with pytest.raises(Denied) as raised:
+        pay("9000")
+    assert (raised.value.status, raised.value.comment) == ("refused", "over the limit")
+    assert ran == []
+
+
+def test_gated_does_not_run_the_function_when_the_service_is_unreachable() -> None:
+    client = Client(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2)
+    ran: list[str] = []
+
+    @client.gated("pay")
+    def pay(amount: str) -> None:
+        ran.append(amount)
+
+    with pytest.raises(ServiceUnavailable, match="ConnectError"):
+        pay("1.00")
+    assert ran == []
+    client.close()
+
+
+@pytest.mark.asyncio
+async def test_the_async_client_retries_with_the_same_key_too() -> None:
+    seen, handler = recording(httpx.ReadTimeout("slow"), httpx.Response(201, json=STATE))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    async with AsyncClient(URL, TOKEN, http=http) as client:
+        assert await client.submit("pay", {"amount": "1.00"}) == STATE
+    await http.aclose()
+    assert seen[0].headers["Idempotency-Key"] == seen[1].headers["Idempotency-Key"]
+
+
+@pytest.mark.asyncio
+async def test_async_gated_does_not_run_the_function_when_the_service_is_unreachable() -> None:
+    ran: list[str] = []
+    async with AsyncClient(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=2) as client:
+
+        @client.gated("pay")
+        async def pay(amount: str) -> None:
+            ran.append(amount)
+
+        with pytest.raises(ServiceUnavailable):
+            await pay("1.00")
+    assert ran == []
+
+
+def test_async_gated_wants_an_async_function() -> None:
+    client = AsyncClient(URL, TOKEN)
+    with pytest.raises(TypeError, match="async def"):
+        client.gated("pay")(lambda: None)  # type: ignore[arg-type, return-value]

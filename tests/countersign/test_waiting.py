@@ -1,0 +1,103 @@
+"""The wait plan: what a socket's failure means, the long-poll's query, and the deadline."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosedError, InvalidMessage, InvalidStatus
+from websockets.frames import Close
+from websockets.http11 import Response
+
+from countersign import errors, waiting
+
+
+def closed(code: int) -> ConnectionClosedError:
+    return ConnectionClosedError(Close(code, ""), None)
+
+
+def refused(status: int) -> InvalidStatus:
+    return InvalidStatus(Response(status, "", Headers()))
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        (4400, errors.BadRequest),
+        (4401, errors.Unauthorized),
+        (4403, errors.Forbidden),
+        (4404, errors.NotFound),
+    ],
+)
+def test_the_services_close_codes_are_errors(code: int, kind: type[Exception]) -> None:
+    assert type(waiting.socket_failure(closed(code))) is kind
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        closed(1006),
+        closed(1011),
+        ConnectionRefusedError(),
+        TimeoutError(),
+        refused(502),
+        InvalidMessage("did not receive a valid HTTP response"),
+    ],
+)
+def test_a_lost_or_failed_connection_means_try_again(error: Exception) -> None:
+    assert type(waiting.socket_failure(error)) is waiting.SocketLost
+
+
+@pytest.mark.parametrize("status", [400, 403, 404])
+def test_a_refused_handshake_means_long_poll(status: int) -> None:
+    assert type(waiting.socket_failure(refused(status))) is waiting.SocketRefused
+
+
+def test_socket_messages() -> None:
+    state = {"id": "x", "status": "approved"}
+    assert waiting.call_message(json.dumps({"type": "call", "call": state})) == state
+    assert waiting.call_message(b'{"type": "hello"}') is None
+    with pytest.raises(waiting.SocketLost):
+        waiting.call_message("not json")
+
+
+def test_the_long_poll_answer() -> None:
+    with pytest.raises(waiting.PollFailed):
+        waiting.poll_state(httpx.Response(503))
+    with pytest.raises(errors.NotFound):
+        waiting.poll_state(httpx.Response(404))
+    assert waiting.poll_state(httpx.Response(200, json={"id": "x", "status": "pending"}))
+
+
+def test_without_a_deadline_the_long_poll_takes_the_services_default() -> None:
+    plan = waiting.WaitPlan(None)
+    assert plan.time_left() is None
+    assert plan.poll(30.0) == ({}, waiting.MAX_POLL_SECONDS + 30.0)
+    assert plan.open_timeout() == waiting.OPEN_TIMEOUT
+
+
+def test_a_near_deadline_bounds_the_long_poll_and_the_pause() -> None:
+    plan = waiting.WaitPlan(2.5)
+    assert plan.poll(30.0) == ({"timeout": 3}, 33.0)
+    assert plan.open_timeout() <= 2.5
+    for _ in range(10):
+        assert plan.pause() <= 2.5
+
+
+def test_a_passed_deadline_is_a_timeout() -> None:
+    plan = waiting.WaitPlan(0.05)
+    time.sleep(0.06)
+    with pytest.raises(TimeoutError) as raised:
+        plan.poll(30.0)
+    assert str(raised.value) == errors.DEADLINE_PASSED
+
+
+def test_the_backoff_grows_with_failures_and_restarts_once_reached() -> None:
+    plan = waiting.WaitPlan(None)
+    pauses = [plan.pause() for _ in range(4)]
+    assert pauses[3] > pauses[0]
+    plan.reached()
+    assert plan.pause() <= pauses[3]
