@@ -1,0 +1,67 @@
+"""The examples run to completion against a live server, with an approver approving every
+held call over HTTP as a person would."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from approvals.models import Agent, AgentToken, Call
+from approvals.services.rules import cap_rule_save
+from tests.live import Approver, LiveServer, live_server
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TOKEN = "cs_examples-token"
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _world() -> None:
+    agent = Agent.objects.create(name="example", principal="acme-ops", mode="default")
+    AgentToken.objects.create(
+        agent=agent, digest=hashlib.sha256(TOKEN.encode()).hexdigest(), prefix=TOKEN[:8]
+    )
+    cap_rule_save(line="per-payment: pay arg=amount currency=currency max USD 500.00 -> gate")
+    user = User.objects.create_user("alice", password="pw")
+    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
+
+
+def _auto_approver(server: LiveServer, stop: threading.Event) -> None:
+    approver = Approver(server, "alice", "pw")
+    decided: set[str] = set()
+    while not stop.wait(0.1):
+        for call_id in Call.objects.filter(status="pending").values_list("pk", flat=True):
+            if str(call_id) not in decided:
+                decided.add(str(call_id))
+                approver.decide(str(call_id), approve=True, comment="approved by the auto-approver")
+    approver.close()
+
+
+@pytest.mark.parametrize("example", ["gated_agent.py", "openai_tool_loop.py"])
+def test_the_example_runs_to_completion(example: str) -> None:
+    _world()
+    with live_server() as server:
+        stop = threading.Event()
+        approver = threading.Thread(target=_auto_approver, args=(server, stop))
+        approver.start()
+        try:
+            done = subprocess.run(
+                [sys.executable, str(EXAMPLES / example)],
+                env={**os.environ, "COUNTERSIGN_URL": server.url, "COUNTERSIGN_TOKEN": TOKEN},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            stop.set()
+            approver.join()
+    assert done.returncode == 0, done.stderr
+    assert "approved" in done.stdout or "done: paid USD 1250.00" in done.stdout
+    assert Call.objects.filter(status="approved").exists()
