@@ -11,10 +11,11 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_capcore_example_runs_and_holds_the_call() -> None:
-    example = re.search(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    example = next((b for b in blocks if "import capcore" in b), None)
     assert example is not None
     namespace: dict[str, object] = {}
-    exec(compile(example.group(1), str(README), "exec"), namespace)
+    exec(compile(example, str(README), "exec"), namespace)
 
     evaluation = namespace["evaluation"]
     assert isinstance(evaluation, capcore.Evaluation)
