@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -223,6 +224,12 @@ class Call(models.Model):
             models.Index(fields=["status", "expires_at"], name="call_status_deadline"),
             models.Index(fields=["agent", "-created_at"], name="call_agent_newest"),
             models.Index(fields=["agent", "updated_at"], name="call_agent_changed"),
+            # The history: newest first, alone or within one status, tool or principal
+            # (the agent filter uses call_agent_newest).
+            models.Index(fields=["-created_at", "-id"], name="call_newest"),
+            models.Index(fields=["status", "-created_at", "-id"], name="call_status_newest"),
+            models.Index(fields=["tool", "-created_at", "-id"], name="call_tool_newest"),
+            models.Index(fields=["principal", "-created_at", "-id"], name="call_principal_newest"),
         ]
 
     def __str__(self) -> str:
@@ -283,8 +290,21 @@ class LedgerEntry(models.Model):
         return f"{self.minor} on ledger {self.ledger_id}"
 
 
+class AppendOnly(Exception):
+    """The audit log is append-only: entries are never changed or deleted."""
+
+
+class AuditEntryQuerySet(models.QuerySet["AuditEntry"]):
+    def update(self, **kwargs: Any) -> int:
+        raise AppendOnly("audit entries cannot be changed")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("audit entries cannot be deleted")
+
+
 class AuditEntry(models.Model):
-    """Append-only: written by services, shown read-only in admin."""
+    """Append-only: written by services, shown read-only in admin. The ORM refuses to change
+    or delete an entry, through an instance or a queryset."""
 
     at = models.DateTimeField()
     user = models.ForeignKey(
@@ -297,12 +317,22 @@ class AuditEntry(models.Model):
     before = models.TextField(blank=True)
     after = models.TextField(blank=True)
 
+    objects = AuditEntryQuerySet.as_manager()
+
     class Meta:
         verbose_name_plural = "audit entries"
         indexes = [models.Index(fields=["object_type", "object_id"], name="audit_object")]
 
     def __str__(self) -> str:
         return f"{self.action} {self.object_type} {self.object_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnly("audit entries cannot be changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnly("audit entries cannot be deleted")
 
 
 class RunCounter(models.Model):
