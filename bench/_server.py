@@ -53,6 +53,7 @@ def database(url: str | None) -> Iterator[str]:
     with tempfile.TemporaryDirectory() as folder:
         database_url = url or f"sqlite:///{folder}/bench.sqlite3"
         manage(database_url, "migrate", "--noinput", "-v0")
+        manage(database_url, "collectstatic", "--noinput", "-v0")  # the pages need the manifest
         if url:
             manage(database_url, "flush", "--noinput")
             manage(database_url, "migrate", "--noinput", "-v0")

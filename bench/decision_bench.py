@@ -1,0 +1,240 @@
+"""Decision latency and many waiters; prints one JSON object on its last line.
+
+N agents wait on N held calls — half on the WebSocket, half on the long-poll — against one
+server process (or, with --redis, wait on one worker while decisions are made on another).
+Then the calls are approved through the approver's own form (POST /calls/<id>/approve with a
+logged-in session and CSRF):
+
+- ``--mode latency`` approves them one by one and measures, per call, from the moment the
+  approval request is sent to the moment the waiting agent has the final state;
+- ``--mode bulk`` sends every approval at once and measures the time until every agent has
+  its final state.
+
+While all agents wait, it reads the server's thread count and resident memory from /proc.
+
+Usage: python bench/decision_bench.py [--agents 1000] [--mode latency|bulk] [--redis URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _server import database, manage, percentile, server
+
+ARGUMENTS = '{"amount": "600.00"}'
+SETUP = """
+import hashlib, uuid
+from datetime import timedelta
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+from approvals.models import Agent, AgentToken, Call
+agent = Agent.objects.create(name="bench", principal="bench-user", mode="danger_full_access")
+digest = hashlib.sha256(b"cs_bench").hexdigest()
+AgentToken.objects.create(agent=agent, digest=digest, prefix="cs_bench")
+user = User.objects.create_user("approver", password="bench-pw")
+user.user_permissions.add(Permission.objects.get(codename="decide_call"))
+now = timezone.now()
+reason = {"policy": "cap", "rule": "big", "action": "gate", "gate": "", "message": "bench"}
+Call.objects.bulk_create(
+    Call(agent=agent, tool="pay", arguments=ARGS,
+         arguments_sha256=hashlib.sha256(ARGS.encode()).hexdigest(), principal="bench-user",
+         status="pending", reasons=[reason], gates=[""], created_at=now,
+         updated_at=now, expires_at=now + timedelta(hours=2))
+    for _ in range(COUNT)
+)
+print(",".join(str(pk) for pk in Call.objects.values_list("pk", flat=True)))
+"""
+CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+DIGEST = hashlib.sha256(ARGUMENTS.encode()).hexdigest()
+HEADERS = {"Authorization": "Bearer cs_bench"}
+
+
+def _server_pid(port: int) -> int | None:
+    for status in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            command = status.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"daphne" in b" ".join(command) and str(port).encode() in command:
+            return int(status.parent.name)
+    return None
+
+
+def _proc_status(pid: int | None) -> dict[str, int]:
+    if pid is None:
+        return {}
+    fields = dict(
+        line.split(":", 1)
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if ":" in line
+    )
+    return {
+        "threads": int(fields["Threads"].strip()),
+        "rss_mb": int(fields["VmRSS"].split()[0]) // 1024,
+        "peak_rss_mb": int(fields["VmHWM"].split()[0]) // 1024,
+    }
+
+
+async def _login(http: httpx.AsyncClient) -> str:
+    page = await http.get("/accounts/login/")
+    token = CSRF_INPUT.search(page.text)
+    assert token is not None
+    answer = await http.post(
+        "/accounts/login/",
+        data={"username": "approver", "password": "bench-pw", "csrfmiddlewaretoken": token[1]},
+    )
+    assert answer.status_code == 302, answer.status_code
+    # Logging in rotates the CSRF secret; the new cookie's value is a valid form token too.
+    return str(http.cookies["csrftoken"])
+
+
+async def _socket_waiter(
+    ws_url: str, call_id: str, ready: asyncio.Event, done: dict[str, float]
+) -> None:
+    async with connect(
+        f"{ws_url}/ws/v1/calls/{call_id}", additional_headers=HEADERS, open_timeout=60
+    ) as socket:
+        json.loads(await socket.recv())  # the current state, pending
+        ready.set()
+        async for raw in socket:
+            if json.loads(raw)["call"]["status"] == "approved":
+                done[call_id] = time.perf_counter()
+                return
+
+
+async def _poll_waiter(
+    http: httpx.AsyncClient, call_id: str, ready: asyncio.Event, done: dict[str, float]
+) -> None:
+    ready.set()
+    while True:
+        state = (await http.get(f"/api/v1/calls/{call_id}/wait?timeout=60")).json()
+        if state["status"] == "approved":
+            done[call_id] = time.perf_counter()
+            return
+
+
+async def _run(
+    url: str, decide_url: str, call_ids: list[str], mode: str, port: int
+) -> dict[str, Any]:
+    ws_url = url.replace("http://", "ws://")
+    limits = httpx.Limits(
+        max_connections=len(call_ids) + 10, max_keepalive_connections=len(call_ids) + 10
+    )
+    async with (
+        httpx.AsyncClient(base_url=url, headers=HEADERS, limits=limits, timeout=120) as agents,
+        httpx.AsyncClient(base_url=decide_url, timeout=60) as approver,
+    ):
+        csrf = await _login(approver)
+        done: dict[str, float] = {}
+        ready = [asyncio.Event() for _ in call_ids]
+        sockets = set(call_ids[: len(call_ids) // 2])
+        waiters = [
+            asyncio.create_task(
+                _socket_waiter(ws_url, call_id, ready[i], done)
+                if call_id in sockets
+                else _poll_waiter(agents, call_id, ready[i], done)
+            )
+            for i, call_id in enumerate(call_ids)
+        ]
+        await asyncio.gather(*(event.wait() for event in ready))
+        await asyncio.sleep(1.0)  # let the last long-polls reach the server and park
+        parked = _proc_status(_server_pid(port))
+        sent: dict[str, float] = {}
+
+        async def approve(call_id: str) -> None:
+            sent[call_id] = time.perf_counter()
+            answer = await approver.post(
+                f"/calls/{call_id}/approve",
+                data={"csrfmiddlewaretoken": csrf, "arguments_sha256": DIGEST, "comment": ""},
+                headers={"Referer": f"{decide_url}/calls/{call_id}/"},
+            )
+            assert answer.status_code == 303, answer.status_code
+
+        began = time.perf_counter()
+        if mode == "bulk":
+            await asyncio.gather(*(approve(call_id) for call_id in call_ids))
+        else:
+            for call_id in call_ids:
+                await approve(call_id)
+                while call_id not in done:  # one at a time: the agent has it before the next
+                    await asyncio.sleep(0.0005)
+        await asyncio.wait_for(asyncio.gather(*waiters), timeout=120)
+        finished = time.perf_counter()
+    latency = {call_id: done[call_id] - sent[call_id] for call_id in call_ids}
+
+    def summary(ids: list[str]) -> dict[str, float]:
+        values = [latency[i] for i in ids]
+        return {
+            "count": len(values),
+            "p50_ms": percentile(values, 0.5) * 1e3,
+            "p99_ms": percentile(values, 0.99) * 1e3,
+        }
+
+    return {
+        "while_waiting": parked,
+        "all_delivered_s": finished - began,
+        "websocket": summary([i for i in call_ids if i in sockets]),
+        "long_poll": summary([i for i in call_ids if i not in sockets]),
+        "after": _proc_status(_server_pid(port)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--mode", choices=["latency", "bulk"], default="latency")
+    parser.add_argument("--database-url", default=None, help="default: a temporary SQLite file")
+    parser.add_argument(
+        "--redis", default=None, help="REDIS_URL: agents wait on one worker, decisions on another"
+    )
+    options = parser.parse_args()
+    setup = SETUP.replace("ARGS", repr(ARGUMENTS)).replace("COUNT", str(options.agents))
+    with database(options.database_url) as database_url:
+        call_ids = manage(database_url, "shell", "-c", setup).strip().splitlines()[-1].split(",")
+        extra = {"REDIS_URL": options.redis} if options.redis else {}
+        with server(database_url, extra) as url:
+            if options.redis:
+                with server(database_url, extra) as decide_url:
+                    result = asyncio.run(
+                        _run(url, decide_url, call_ids, options.mode, int(url.rsplit(":", 1)[1]))
+                    )
+            else:
+                result = asyncio.run(
+                    _run(url, url, call_ids, options.mode, int(url.rsplit(":", 1)[1]))
+                )
+    print(
+        json.dumps(
+            {
+                "benchmark": "decision",
+                "mode": options.mode,
+                "agents": options.agents,
+                "workers": 2 if options.redis else 1,
+                "database": "postgresql" if options.database_url else "sqlite",
+                **result,
+                "targets": {
+                    "p50_ms": 10,
+                    "p99_ms": 50,
+                    "threads_at_1000": 32,
+                    "peak_rss_mb_at_5000": 512,
+                },
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
