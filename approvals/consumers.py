@@ -1,4 +1,5 @@
-"""Agent WebSockets: one call's state until it is final, or every change to an agent's calls.
+"""WebSockets. Agents: one call's state until it is final, or every change to an agent's
+calls. People: the queue and the call page, re-rendered from the database.
 
 Agents authenticate with the handshake's ``Authorization: Bearer`` header only — never a
 session cookie — and face no Origin check (non-browser clients send none). A refusal is a
@@ -14,16 +15,27 @@ import logging
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.template.loader import render_to_string
 from django.utils import timezone
 
 from approvals.models import Agent, Call
-from approvals.notify import agent_group, call_group
-from approvals.selectors import FINAL_STATUSES, call_for_agent, call_state
+from approvals.notify import QUEUE_GROUP, agent_group, call_group
+from approvals.selectors import (
+    FINAL_STATUSES,
+    call_for_agent,
+    call_page,
+    call_state,
+    may_view,
+    queue_for_user,
+)
 from approvals.services.agents import agent_authenticate
 from approvals.sweeper import ensure_sweeper_started, expire_due_now
 
@@ -259,3 +271,159 @@ class AgentStreamConsumer(_AgentConsumer):
 
     async def call_changed(self, event: dict[str, Any]) -> None:
         await self._send_state(event["call"])
+
+
+# --- The approver's pages ---------------------------------------------------------------------
+
+
+def _person(user_id: int, session_key: str | None) -> User | None:
+    """The user re-read from the database, if their session still exists and they may still
+    see the pages (``scope["user"]`` is fixed at connect; a logout or a lost permission must
+    end the socket's pushes)."""
+    if session_key is None or not import_module(settings.SESSION_ENGINE).SessionStore().exists(
+        session_key
+    ):
+        return None
+    user = User.objects.filter(pk=user_id).first()
+    return user if user is not None and may_view(user) else None
+
+
+@database_sync_to_async
+def _queue_html(user_id: int, session_key: str | None) -> tuple[str, frozenset[str]] | None:
+    user = _person(user_id, session_key)
+    if user is None:
+        return None
+    queue = queue_for_user(user=user)
+    html = render_to_string("approvals/queue.html#queue", {"queue": queue, "oob": True})
+    return html, queue.ids
+
+
+@database_sync_to_async
+def _call_html(user_id: int, session_key: str | None, call_id: uuid.UUID) -> str | None:
+    """The call page's live parts for this person; its decision part only once it holds no
+    form, so that nobody loses a comment they are typing. ``""``: the call is gone."""
+    user = _person(user_id, session_key)
+    if user is None:
+        return None
+    page = call_page(call_id=call_id, user=user)
+    if page is None:
+        return ""
+    context = {"page": page, "oob": True}
+    parts = ["live", "audit"] if page.show_form else ["live", "audit", "decide"]
+    return "".join(render_to_string(f"approvals/call.html#{part}", context) for part in parts)
+
+
+class _PageConsumer(AsyncWebsocketConsumer):
+    """A logged-in person's page, re-rendered from the database on connect and after changes.
+
+    Wrapped in ``AllowedHostsOriginValidator(AuthMiddlewareStack(...))`` (``routing.py``): a
+    foreign Origin never gets here. Without a session, or without ``approvals.view_call`` /
+    ``approvals.decide_call``, the socket is accepted and closed with ``4403``. Pushes only
+    say "something changed": each is answered by one render from the database, and changes
+    that arrive while a render is under way are folded into one more render.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user_id: int | None = None
+        self._stale = False
+        self._renderer: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        ensure_sweeper_started()
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.user_id = user.pk
+        await self.channel_layer.group_add(QUEUE_GROUP, self.channel_name)
+        self.groups.append(QUEUE_GROUP)
+        # Joined first, then rendered: no change falls between the two.
+        await self._push()
+
+    async def disconnect(self, code: int) -> None:
+        self.user_id = None
+        renderer, self._renderer = self._renderer, None
+        if renderer is not None and renderer is not asyncio.current_task():
+            renderer.cancel()
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """The page has nothing to say: whatever it sends is ignored."""
+
+    async def call_changed(self, event: dict[str, Any]) -> None:
+        if self.user_id is None or not self._concerns(event["call"]):
+            return
+        self._stale = True
+        if self._renderer is None or self._renderer.done():
+            self._renderer = asyncio.get_running_loop().create_task(self._render_while_stale())
+
+    def _concerns(self, state: State) -> bool:
+        raise NotImplementedError
+
+    async def _render_while_stale(self) -> None:
+        while self._stale and self.user_id is not None:
+            self._stale = False
+            try:
+                await self._push()
+            except Exception:
+                logger.exception("rendering a page push failed")
+
+    def _session_key(self) -> str | None:
+        session = self.scope.get("session")
+        return None if session is None else session.session_key
+
+    async def _push(self) -> None:
+        raise NotImplementedError
+
+    async def _refuse(self) -> None:
+        self.user_id = None
+        await self.close(code=CLOSE_FORBIDDEN)
+
+
+class QueueConsumer(_PageConsumer):
+    """``/ws/v1/queue``: the whole queue as this person sees it, on every (re)connect and
+    after every change to a pending call (or to one the page shows)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shown: frozenset[str] = frozenset()
+
+    def _concerns(self, state: State) -> bool:
+        return state.get("status") == "pending" or state.get("id") in self._shown
+
+    async def _push(self) -> None:
+        assert self.user_id is not None
+        rendered = await _queue_html(self.user_id, self._session_key())
+        if rendered is None:
+            await self._refuse()
+            return
+        html, self._shown = rendered
+        await self.send(text_data=html)
+
+
+class CallPageConsumer(_PageConsumer):
+    """``/ws/v1/queue/calls/<id>``: the call page's live parts, on every (re)connect and
+    after every change to this call or to any ledger (an allowed or approved call)."""
+
+    LEDGER_CHANGES = frozenset({"allowed", "approved"})
+
+    def _concerns(self, state: State) -> bool:
+        return (
+            state.get("id") == str(self.scope["url_route"]["kwargs"]["call_id"])
+            or state.get("status") in self.LEDGER_CHANGES
+        )
+
+    async def _push(self) -> None:
+        assert self.user_id is not None
+        call_id: uuid.UUID = self.scope["url_route"]["kwargs"]["call_id"]
+        html = await _call_html(self.user_id, self._session_key(), call_id)
+        if html is None:
+            await self._refuse()
+        elif html == "":
+            self.user_id = None
+            await self.close(code=CLOSE_NOT_FOUND)
+        else:
+            await self.send(text_data=html)

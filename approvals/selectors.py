@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import Q, Sum
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import Q, QuerySet, Sum
+from django.utils import timezone
 
 import capcore
 from approvals import jsontext
 from approvals.models import (
     Agent,
+    Approval,
     AuditEntry,
     Budget,
     Call,
     CapRule,
+    Gate,
     Ledger,
     LedgerEntry,
     PermissionRule,
@@ -177,17 +182,291 @@ def calls_for_agent(
     return page, calls.count()
 
 
+# --- The approver's pages -------------------------------------------------------------------
+
+VIEW_PERMISSIONS = ("approvals.view_call", "approvals.decide_call")
+# A queue section shows at most this many rows (its count is still exact).
+QUEUE_SECTION_LIMIT = 200
+
+
+def may_view(user: User | AnonymousUser) -> bool:
+    """Whether a person may see the approver's pages: logged in, active, and holding
+    ``approvals.view_call`` or ``approvals.decide_call``."""
+    return bool(
+        user.is_authenticated
+        and user.is_active
+        and any(user.has_perm(permission) for permission in VIEW_PERMISSIONS)
+    )
+
+
+def decidable_call_ids(*, user: User, calls: Iterable[Call]) -> set[uuid.UUID]:
+    """The calls ``user`` may decide (``policies.md``, "Gates, approvers, quorum"): active,
+    holds ``approvals.decide_call``, in the group of every gate the call is held at
+    (superusers: every gate), and not the call's own principal. At most two queries, however
+    many calls."""
+    if not user.is_active or not user.has_perm("approvals.decide_call"):
+        return set()
+    own = user.get_username()
+    candidates = [call for call in calls if call.principal != own]
+    if user.is_superuser or not candidates:
+        return {call.pk for call in candidates}
+    group_ids = set(user.groups.values_list("pk", flat=True))
+    gate_groups = dict(
+        Gate.objects.filter(
+            name__in={gate for call in candidates for gate in call.gates}, group__isnull=False
+        ).values_list("name", "group_id")
+    )
+    return {
+        call.pk
+        for call in candidates
+        if all(gate_groups[gate] in group_ids for gate in call.gates if gate in gate_groups)
+    }
+
+
+def call_findings(call: Call) -> list[capcore.Finding]:
+    """The stored reasons of a call as capcore findings again."""
+    return [
+        capcore.Finding(
+            capcore.Policy(reason["policy"]),
+            reason["rule"],
+            capcore.Action(capcore.ActionKind(reason["action"]), reason["gate"]),
+            reason["message"],
+        )
+        for reason in call.reasons
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    """An amount in minor units of a currency; shown by the ``money`` template filter."""
+
+    currency: str
+    minor: int
+    exponent: int
+
+
+@dataclass(frozen=True, slots=True)
+class CapLine:
+    """One cap rule read against one call, for people. ``spent``/``after`` are set for a
+    ``sum`` rule of a pending call: the ledger's total now and with this call added."""
+
+    rule: str
+    kind: str
+    window: str
+    amount: Money | None
+    limit: Money | None
+    note: str = ""
+    spent: Money | None = None
+    after: Money | None = None
+
+    @property
+    def over(self) -> bool:
+        if self.note or self.limit is None or self.amount is None:
+            return True  # not assessable: that is why the rule holds it
+        if self.kind == "sum" and self.after is None:
+            return False  # no running total shown (the call is final)
+        total = self.after if self.after is not None else self.amount
+        return total.minor > self.limit.minor
+
+
+_StoredRules = list[tuple[str, bool, capcore.Rule]]
+
+
+def _stored_rules() -> _StoredRules:
+    """Every stored rule that parses, with its folded name and whether it is enabled."""
+    rows = CapRule.objects.order_by("pk").values_list("name_folded", "enabled", "line")
+    return [
+        (folded, enabled, rule)
+        for folded, enabled, line in rows
+        if (rule := stored_rule(line)) is not None
+    ]
+
+
+def _cap_assessments(call: Call, stored: _StoredRules) -> tuple[capcore.CapAssessment, ...]:
+    """The call's arguments read again by the rules that held it or kept its ledger amounts,
+    and by the enabled rules that apply to its tool now."""
+    named = {
+        str(reason["rule"]).casefold()
+        for reason in call.reasons
+        if reason.get("policy") == "cap" and reason.get("rule")
+    }
+    named |= {str(record["rule"]) for record in call.pending_records}
+    rules = [
+        rule
+        for folded, enabled, rule in stored
+        if (enabled or folded in named) and call.tool in rule.tools
+    ]
+    if not rules:
+        return ()
+    try:
+        arguments = capcore.parse_arguments(call.arguments)
+    except capcore.ArgsNotStrict:
+        return ()
+    return capcore.caps_assess(rules, tool=call.tool, arguments=arguments, principal=call.principal)
+
+
+def _amounts(assessments: Iterable[capcore.CapAssessment]) -> tuple[Money, ...]:
+    """The distinct amounts the call moves, in rule order."""
+    found = dict.fromkeys(
+        Money(a.limit.currency, a.amount, a.limit.exponent)
+        for a in assessments
+        if a.amount is not None and a.limit is not None
+    )
+    return tuple(found)
+
+
+def _window_text(rule: capcore.Rule) -> str:
+    if rule.kind is capcore.Kind.MAX:
+        return "per call"
+    return "in total" if rule.window is None else rule.window.to_text()
+
+
+def _cap_line(assessment: capcore.CapAssessment, *, pending: bool, now: datetime) -> CapLine:
+    rule, limit, amount = assessment.rule, assessment.limit, assessment.amount
+    line = CapLine(
+        rule=rule.name,
+        kind=rule.kind.value,
+        window=_window_text(rule),
+        amount=None
+        if limit is None or amount is None
+        else Money(limit.currency, amount, limit.exponent),
+        limit=None if limit is None else Money(limit.currency, limit.minor, limit.exponent),
+        note=assessment.not_assessable or "",
+    )
+    if not pending or assessment.ledger is None or line.amount is None or limit is None:
+        return line
+    key = assessment.ledger
+    ledger = Ledger.objects.filter(
+        rule=key.rule, currency=key.currency, key_digest=key.key_digest or ""
+    ).first()
+    spent = 0 if ledger is None else ledger_spent(ledger=ledger, window=rule.window, now=now)
+    return CapLine(
+        rule=line.rule,
+        kind=line.kind,
+        window=line.window,
+        amount=line.amount,
+        limit=line.limit,
+        spent=Money(limit.currency, spent, limit.exponent),
+        after=Money(limit.currency, spent + line.amount.minor, limit.exponent),
+    )
+
+
+def _held_by(call: Call) -> tuple[str, ...]:
+    """The names of what held or refused the call: rule names, else the policy."""
+    names = dict.fromkeys(str(reason.get("rule") or reason["policy"]) for reason in call.reasons)
+    return tuple(names)
+
+
+def _required_approvals(gates: Iterable[str], required: dict[str, int]) -> int:
+    # Every approver is eligible at every gate of the call, so each approval counts at each.
+    return max((required.get(gate, 1) for gate in gates), default=1)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    call: Call
+    may_decide: bool
+    decided_by_me: bool
+    amounts: tuple[Money, ...]
+    held_by: tuple[str, ...]
+    approvals: int
+    required: int
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """The pending calls as one person sees them: those they may decide (and have not yet),
+    oldest first, then the others, read-only. Sections hold at most ``QUEUE_SECTION_LIMIT``
+    rows; the counts are exact."""
+
+    mine: tuple[QueueRow, ...]
+    others: tuple[QueueRow, ...]
+    mine_count: int
+    others_count: int
+    now: datetime
+    ids: frozenset[str]  # every pending call's, shown or not
+
+
+def queue_for_user(*, user: User, now: datetime | None = None) -> Queue:
+    calls = list(
+        Call.objects.filter(status="pending")
+        .select_related("agent")
+        .prefetch_related("approvals")
+        .order_by("created_at", "pk")
+    )
+    decidable = decidable_call_ids(user=user, calls=calls)
+    required = dict(Gate.objects.values_list("name", "required_approvals"))
+    stored = _stored_rules()
+    mine: list[QueueRow] = []
+    others: list[QueueRow] = []
+    for call in calls:
+        decisions = list(call.approvals.all())
+        decided = any(approval.user_id == user.pk for approval in decisions)
+        row = QueueRow(
+            call=call,
+            may_decide=call.pk in decidable and not decided,
+            decided_by_me=decided,
+            amounts=_amounts(_cap_assessments(call, stored)),
+            held_by=_held_by(call),
+            approvals=sum(1 for approval in decisions if approval.approve),
+            required=_required_approvals(call.gates, required),
+        )
+        (mine if row.may_decide else others).append(row)
+    return Queue(
+        mine=tuple(mine[:QUEUE_SECTION_LIMIT]),
+        others=tuple(others[:QUEUE_SECTION_LIMIT]),
+        mine_count=len(mine),
+        others_count=len(others),
+        now=now or timezone.now(),
+        ids=frozenset(str(call.pk) for call in calls),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GateProgress:
+    name: str
+    group: str
+    approvals: int
+    required: int
+
+
 @dataclass(frozen=True, slots=True)
 class CallPage:
-    """What the call page shows: the call, its arguments for people, and its audit trail."""
+    """What the call page shows one person: the call, its arguments for people, its caps,
+    its gates and approvals, their own decision if any, and the call's audit trail."""
 
     call: Call
     arguments_pretty: str
     arguments_readable: bool
     audit: list[AuditEntry]
+    amounts: tuple[Money, ...]
+    caps: tuple[CapLine, ...]
+    gates: tuple[GateProgress, ...]
+    approvals: tuple[Approval, ...]
+    required: int
+    may_decide: bool
+    my_decision: Approval | None
+    scope_choice: bool
+    now: datetime
+
+    @property
+    def pending(self) -> bool:
+        return self.call.status == "pending"
+
+    @property
+    def approved_count(self) -> int:
+        return sum(1 for approval in self.approvals if approval.approve)
+
+    @property
+    def show_form(self) -> bool:
+        return self.pending and self.may_decide and self.my_decision is None
+
+    @property
+    def may_extend(self) -> bool:
+        return self.pending and self.may_decide and not self.call.extended
 
 
-def call_page(*, call_id: uuid.UUID) -> CallPage | None:
+def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) -> CallPage | None:
     call = (
         Call.objects.select_related("agent", "decided_by")
         .prefetch_related("approvals__user")
@@ -196,6 +475,7 @@ def call_page(*, call_id: uuid.UUID) -> CallPage | None:
     )
     if call is None:
         return None
+    now = now or timezone.now()
     try:
         pretty, readable = jsontext.pretty(capcore.parse_arguments(call.arguments)), True
     except capcore.ArgsNotStrict:
@@ -206,4 +486,84 @@ def call_page(*, call_id: uuid.UUID) -> CallPage | None:
         .select_related("user", "agent")
         .order_by("at", "pk")
     )
-    return CallPage(call, pretty, readable, audit)
+    pending = call.status == "pending"
+    assessments = _cap_assessments(call, _stored_rules())
+    gates = {
+        gate.name: gate for gate in Gate.objects.filter(name__in=call.gates).select_related("group")
+    }
+    approvals = tuple(sorted(call.approvals.all(), key=lambda a: (a.created_at, a.pk)))
+    approved = sum(1 for approval in approvals if approval.approve)
+    progress = tuple(
+        GateProgress(
+            name=name,
+            group=gate.group.name if gate is not None and gate.group is not None else "",
+            approvals=approved,
+            required=gate.required_approvals if gate is not None else 1,
+        )
+        for name in call.gates
+        for gate in [gates.get(name)]
+    )
+    return CallPage(
+        call=call,
+        arguments_pretty=pretty,
+        arguments_readable=readable,
+        audit=audit,
+        amounts=_amounts(assessments),
+        caps=tuple(_cap_line(a, pending=pending, now=now) for a in assessments),
+        gates=progress,
+        approvals=approvals,
+        required=max((gate.required for gate in progress), default=1),
+        may_decide=call.pk in decidable_call_ids(user=user, calls=[call]),
+        my_decision=next((a for a in approvals if a.user_id == user.pk), None),
+        scope_choice=capcore.mode_hold_only(call_findings(call)),
+        now=now,
+    )
+
+
+# --- History --------------------------------------------------------------------------------
+
+HISTORY_STATUSES = ("approved", "denied", "expired", "cancelled", "allowed", "refused")
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFilters:
+    status: str = ""
+    agent: Agent | None = None
+    tool: str = ""
+    principal: str = ""
+    since: date | None = None
+    until: date | None = None
+
+
+def history_calls(*, filters: HistoryFilters) -> QuerySet[Call]:
+    """Final calls, newest first, narrowed by the filters (``until`` is inclusive)."""
+    calls = Call.objects.exclude(status="pending")
+    if filters.status:
+        calls = calls.filter(status=filters.status)
+    if filters.agent is not None:
+        calls = calls.filter(agent=filters.agent)
+    if filters.tool:
+        calls = calls.filter(tool=filters.tool)
+    if filters.principal:
+        calls = calls.filter(principal=filters.principal)
+    if filters.since is not None:
+        calls = calls.filter(created_at__gte=datetime.combine(filters.since, time.min, UTC))
+    if filters.until is not None:
+        end = datetime.combine(filters.until + timedelta(days=1), time.min, UTC)
+        calls = calls.filter(created_at__lt=end)
+    return calls.select_related("agent", "decided_by").order_by("-created_at", "-pk")
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    call: Call
+    amounts: tuple[Money, ...]
+    held_by: tuple[str, ...]
+
+
+def history_rows(calls: Iterable[Call]) -> list[HistoryRow]:
+    """A page of calls with their amounts (one query for the rules, however many rows)."""
+    stored = _stored_rules()
+    return [
+        HistoryRow(call, _amounts(_cap_assessments(call, stored)), _held_by(call)) for call in calls
+    ]

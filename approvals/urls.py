@@ -5,6 +5,8 @@ from django.urls import URLPattern, path
 from approvals import views
 
 urlpatterns: list[URLPattern] = [
+    path("", views.queue, name="queue"),
+    path("history/", views.history, name="history"),
     path("calls/<uuid:call_id>/", views.call_detail, name="call-detail"),
     path("calls/<uuid:call_id>/approve", views.call_approve, name="call-approve"),
     path("calls/<uuid:call_id>/deny", views.call_deny, name="call-deny"),

@@ -1,4 +1,9 @@
-"""The approver's pages: thin views over selectors and services."""
+"""The approver's pages: thin views over selectors and services.
+
+Every page needs a logged-in user with ``approvals.view_call`` or ``approvals.decide_call``
+(else ``403``). A page and its partials come from one template: the whole page for a
+browser, the named partial for an htmx request, the same partials for a WebSocket push.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +12,47 @@ import uuid
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import selectors
-from approvals.services.decisions import DecisionError, call_decide, user_may_decide
+from approvals.forms import HistoryFilterForm
+from approvals.services.decisions import DecisionError, call_decide
 from approvals.services.lifecycle import AlreadyFinal, call_extend
 
-VIEW_PERMISSIONS = ("approvals.view_call", "approvals.decide_call")
+HISTORY_PAGE_SIZE = 50
 
 
 def _user(request: HttpRequest) -> User:
     user = request.user
     assert isinstance(user, User)
-    if not any(user.has_perm(permission) for permission in VIEW_PERMISSIONS):
+    if not selectors.may_view(user):
         raise PermissionDenied
     return user
 
 
-def _render_call(request: HttpRequest, call_id: uuid.UUID, *, status: int = 200) -> HttpResponse:
+def _template(request: HttpRequest, name: str, partial: str) -> str:
+    """The page for a browser; only its named partial for an htmx request."""
+    return f"{name}#{partial}" if request.htmx else name  # type: ignore[attr-defined]
+
+
+@require_GET
+@login_required
+def queue(request: HttpRequest) -> HttpResponse:
     user = _user(request)
-    page = selectors.call_page(call_id=call_id)
+    context = {"queue": selectors.queue_for_user(user=user)}
+    return render(request, _template(request, "approvals/queue.html", "queue"), context)
+
+
+def _render_call(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+    user = _user(request)
+    page = selectors.call_page(call_id=call_id, user=user)
     if page is None:
         raise Http404
-    context = {"page": page, "may_decide": user_may_decide(user=user, call=page.call)}
-    template = "approvals/call.html#call" if request.htmx else "approvals/call.html"  # type: ignore[attr-defined]
-    return render(request, template, context, status=status)
+    context = {"page": page}
+    return render(request, _template(request, "approvals/call.html", "call"), context)
 
 
 @require_GET
@@ -84,10 +103,10 @@ def call_deny(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
 @login_required
 def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     user = _user(request)
-    page = selectors.call_page(call_id=call_id)
+    page = selectors.call_page(call_id=call_id, user=user)
     if page is None:
         raise Http404
-    if not user_may_decide(user=user, call=page.call):
+    if not page.may_decide:
         raise PermissionDenied
     try:
         call_extend(call_id=call_id, user=user)
@@ -95,4 +114,17 @@ def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpRespon
         return HttpResponse(
             "The call is final or was extended already.", status=409, content_type="text/plain"
         )
+    if request.htmx:  # type: ignore[attr-defined]
+        return _render_call(request, call_id)
     return HttpResponseRedirect(f"/calls/{call_id}/", status=303)
+
+
+@require_GET
+@login_required
+def history(request: HttpRequest) -> HttpResponse:
+    _user(request)
+    form = HistoryFilterForm(request.GET)
+    calls = selectors.history_calls(filters=form.filters())
+    page = Paginator(calls, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {"form": form, "page": page, "rows": selectors.history_rows(page.object_list)}
+    return render(request, _template(request, "approvals/history.html", "results"), context)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.auth.views import LoginView
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
@@ -10,6 +11,12 @@ from config import bench
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
+    # After logging in: the queue (Django's default, /accounts/profile/, is no page here).
+    path(
+        "accounts/login/",
+        LoginView.as_view(next_page="/", redirect_authenticated_user=True),
+        name="login",
+    ),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("approvals.urls")),
     path("api/v1/", api.urls),

@@ -62,7 +62,25 @@ class LiveServer:
                 self.process.wait()
 
 
+_static_collected = False
+
+
+def collect_static() -> None:
+    """The pages name their CSS and scripts through the manifest storage, which needs
+    ``collectstatic`` to have run: once per test process, into ``STATIC_ROOT``."""
+    global _static_collected
+    if not _static_collected:
+        subprocess.run(
+            [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"},
+            check=True,
+        )
+        _static_collected = True
+
+
 def start_server(port: int | None = None, extra_env: dict[str, str] | None = None) -> LiveServer:
+    collect_static()
     port = port or free_port()
     log = Path(settings.VAR_DIR) / f"live-server-{port}.log"
     env = {

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import capcore
+from approvals import selectors
 from approvals.models import Approval, AuditEntry, Call, Gate, PermissionRule
 from approvals.notify import notify_call
 from approvals.services.calls import ledger_lock, ledger_record, records_from_json
@@ -50,27 +51,7 @@ class Conflict(enum.Enum):
 def user_may_decide(*, user: User, call: Call) -> bool:
     """Active, holds ``approvals.decide_call``, in the group of every gate the call is held
     at (superusers: every gate), and not the call's own principal."""
-    if not user.is_active or not user.has_perm("approvals.decide_call"):
-        return False
-    if call.principal == user.get_username():
-        return False
-    if user.is_superuser:
-        return True
-    group_ids = set(user.groups.values_list("pk", flat=True))
-    gates = Gate.objects.filter(name__in=call.gates, group__isnull=False)
-    return all(gate.group_id in group_ids for gate in gates)
-
-
-def _findings(call: Call) -> list[capcore.Finding]:
-    return [
-        capcore.Finding(
-            capcore.Policy(reason["policy"]),
-            reason["rule"],
-            capcore.Action(capcore.ActionKind(reason["action"]), reason["gate"]),
-            reason["message"],
-        )
-        for reason in call.reasons
-    ]
+    return call.pk in selectors.decidable_call_ids(user=user, calls=[call])
 
 
 def _required_approvals(call: Call) -> int:
@@ -119,7 +100,7 @@ def call_decide(
     if not user_may_decide(user=user, call=call):
         raise NotEligible
     if scope not in SCOPES or (
-        approve and scope != "once" and not capcore.mode_hold_only(_findings(call))
+        approve and scope != "once" and not capcore.mode_hold_only(selectors.call_findings(call))
     ):
         raise BadScope
     now = now or timezone.now()

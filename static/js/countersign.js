@@ -1,0 +1,182 @@
+// Countersign's pages: the connection indicator, reconnects after clean closes, countdowns,
+// error notices for htmx requests, and keyboard shortcuts. No inline script anywhere (the
+// Content-Security-Policy forbids it); htmx and its ws extension do the swapping.
+(function () {
+  "use strict";
+
+  // --- Connection indicator and reconnects ---------------------------------------------------
+
+  var RECONNECT_MIN_MS = 500;
+  var RECONNECT_MAX_MS = 5000;
+  var CLOSE_FORBIDDEN = 4403;
+  var CLOSE_NOT_FOUND = 4404;
+  var cleanRetries = 0;
+
+  function indicator(state, text) {
+    var element = document.getElementById("connection");
+    if (!element) return;
+    element.dataset.state = state;
+    element.textContent = text;
+  }
+
+  // The extension's own backoff after an abnormal close grows to a minute; an approver's
+  // queue should come back within seconds of the server (with jitter, so tabs spread out).
+  if (window.htmx) {
+    htmx.config.wsReconnectDelay = function (retryCount) {
+      var ceiling = Math.min(RECONNECT_MAX_MS, RECONNECT_MIN_MS * Math.pow(2, retryCount));
+      return ceiling * (0.5 + Math.random() / 2);
+    };
+  }
+
+  document.addEventListener("htmx:wsConnecting", function () {
+    indicator("down", "Reconnecting…");
+  });
+
+  document.addEventListener("htmx:wsOpen", function () {
+    cleanRetries = 0;
+    indicator("up", "Live");
+  });
+
+  // The ws extension reconnects by itself only after 1006, 1011, 1012 and 1013. A clean close
+  // (1000, 1001: a server restart, a proxy's idle timeout) is reconnected here, with backoff.
+  // On every connect the server sends the whole page state again, from the database.
+  document.addEventListener("htmx:wsClose", function (event) {
+    var code = event.detail.event.code;
+    var socketElement = event.target;
+    if (code === CLOSE_FORBIDDEN) {
+      indicator("off", "Offline — log in again");
+      return;
+    }
+    if (code === CLOSE_NOT_FOUND) {
+      indicator("off", "Offline");
+      return;
+    }
+    indicator("down", "Reconnecting…");
+    if (code !== 1000 && code !== 1001) return;
+    var delay = Math.min(RECONNECT_MAX_MS, RECONNECT_MIN_MS * Math.pow(2, cleanRetries));
+    cleanRetries += 1;
+    window.setTimeout(function () {
+      if (document.body.contains(socketElement)) {
+        event.detail.socketWrapper.reconnect();
+      }
+    }, delay * (0.5 + Math.random() / 2));
+  });
+
+  // After each push: the page title carries the queue's count, and the call page's own
+  // listeners (countdowns) pick up the new elements.
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    syncTitle();
+    tick();
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    syncTitle();
+    tick();
+  });
+
+  function syncTitle() {
+    var queue = document.getElementById("queue");
+    if (queue && queue.dataset.title) document.title = queue.dataset.title;
+  }
+
+  // --- Countdowns ----------------------------------------------------------------------------
+  // Each <time data-expires data-now> counts down from the server's clock at render time, so a
+  // browser whose clock is off still shows the right time left.
+
+  var seen = new WeakMap();
+
+  function format(seconds) {
+    if (seconds <= 0) return "expiring";
+    var days = Math.floor(seconds / 86400);
+    var hours = Math.floor((seconds % 86400) / 3600);
+    var minutes = Math.floor((seconds % 3600) / 60);
+    var rest = seconds % 60;
+    var two = function (n) { return (n < 10 ? "0" : "") + n; };
+    if (days) return days + "d " + two(hours) + "h";
+    if (hours) return hours + "h " + two(minutes) + "m";
+    if (minutes) return minutes + "m " + two(rest) + "s";
+    return rest + "s";
+  }
+
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("time[data-expires]").forEach(function (element) {
+      if (!seen.has(element)) seen.set(element, now);
+      var expires = Date.parse(element.dataset.expires);
+      var serverNow = Date.parse(element.dataset.now);
+      if (isNaN(expires) || isNaN(serverNow)) return;
+      var left = Math.floor((expires - serverNow - (now - seen.get(element))) / 1000);
+      var text = format(left);
+      if (element.textContent !== text) element.textContent = text;
+      element.classList.toggle("soon", left < 300);
+      element.classList.toggle("over", left <= 0);
+    });
+  }
+
+  // --- Errors of htmx requests ---------------------------------------------------------------
+  // A decision that changes nothing answers 409 with a sentence in text/plain: show it.
+
+  document.addEventListener("htmx:responseError", function (event) {
+    var notice = document.getElementById("notice");
+    if (!notice) return;
+    var xhr = event.detail.xhr;
+    var text = xhr.getResponseHeader("Content-Type") &&
+      xhr.getResponseHeader("Content-Type").indexOf("text/plain") === 0
+      ? xhr.responseText
+      : "The server answered " + xhr.status + ".";
+    notice.textContent = text.slice(0, 500);
+    notice.hidden = false;
+  });
+  document.addEventListener("htmx:sendError", function () {
+    var notice = document.getElementById("notice");
+    if (!notice) return;
+    notice.textContent = "The server could not be reached. Try again.";
+    notice.hidden = false;
+  });
+  document.addEventListener("htmx:beforeRequest", function () {
+    var notice = document.getElementById("notice");
+    if (notice) notice.hidden = true;
+  });
+
+  // --- Keyboard ------------------------------------------------------------------------------
+  // Call page: a / d move the focus to Approve / Deny (Enter then decides, so a stray key never
+  // does), c to the comment. Queue: j / k move between rows. Escape leaves a text field.
+
+  function typing(target) {
+    return target instanceof HTMLElement &&
+      (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  }
+
+  function focusRow(step) {
+    var links = Array.prototype.slice.call(document.querySelectorAll("#queue .row-link"));
+    if (!links.length) return;
+    var index = links.indexOf(document.activeElement);
+    var next = index < 0 ? (step > 0 ? 0 : links.length - 1) : index + step;
+    next = Math.max(0, Math.min(links.length - 1, next));
+    links[next].focus();
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && typing(event.target)) {
+      event.target.blur();
+      return;
+    }
+    if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (typing(event.target)) return;
+    var target = null;
+    if (event.key === "a") target = document.querySelector(".decision button[data-key='a']");
+    else if (event.key === "d") target = document.querySelector(".decision button[data-key='d']");
+    else if (event.key === "c") target = document.querySelector(".decision textarea");
+    else if (event.key === "j") { focusRow(1); event.preventDefault(); return; }
+    else if (event.key === "k") { focusRow(-1); event.preventDefault(); return; }
+    if (target) {
+      event.preventDefault();
+      target.focus();
+    }
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    syncTitle();
+    tick();
+    window.setInterval(tick, 1000);
+  });
+})();

@@ -1,0 +1,397 @@
+"""The approver's pages through the test client: access, the queue, the call page, safety."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group, Permission, User
+from django.template import Context, Template
+from django.test import Client
+from django.utils import timezone
+
+from approvals.csp import POLICY
+from approvals.models import Agent, Call, Gate
+from approvals.selectors import Money, queue_for_user
+from approvals.services.calls import Submission, call_submit
+from approvals.services.decisions import call_decide
+from approvals.services.rules import cap_rule_save
+from approvals.templatetags.clock import time_left
+from approvals.templatetags.money import money
+
+XSS = "<img src=x onerror=alert(1)>"
+INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>", re.IGNORECASE)
+
+
+@pytest.fixture
+def agent(db: None) -> Agent:
+    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    return Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+
+
+def submit(
+    agent: Agent,
+    arguments: str,
+    *,
+    tool: str = "pay",
+    principal: str = "carol",
+    run_id: str = "",
+    context: str = "",
+) -> Call:
+    call, _ = call_submit(
+        agent=agent,
+        submission=Submission(
+            tool=tool, arguments=arguments, principal=principal, run_id=run_id, context=context
+        ),
+    )
+    return call
+
+
+def person(username: str, *permissions: str) -> User:
+    user = User.objects.create_user(username, password="pw")
+    user.user_permissions.add(*Permission.objects.filter(codename__in=permissions))
+    return User.objects.get(pk=user.pk)
+
+
+def browser(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def html_of(client: Client, url: str, **headers: str) -> str:
+    response = client.get(url, headers=headers)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+# --- access -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["/", "/history/"])
+def test_every_page_needs_a_login(db: None, url: str) -> None:
+    response = Client().get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("url", ["/", "/history/"])
+def test_a_user_without_either_permission_gets_403(db: None, url: str) -> None:
+    assert browser(person("nobody")).get(url).status_code == 403
+
+
+@pytest.mark.parametrize("permission", ["view_call", "decide_call"])
+def test_either_permission_opens_the_pages(db: None, permission: str) -> None:
+    client = browser(person("someone", permission))
+    assert client.get("/").status_code == 200
+    assert client.get("/history/").status_code == 200
+
+
+def test_login_page_and_logout(db: None) -> None:
+    person("alice", "decide_call")
+    client = Client()
+    page = html_of(client, "/accounts/login/")
+    assert 'name="username"' in page
+    assert 'name="password"' in page
+    response = client.post("/accounts/login/", {"username": "alice", "password": "pw"})
+    assert response.status_code == 302
+    assert response["Location"] == "/"  # not /accounts/profile/, which does not exist
+    assert client.get("/").status_code == 200
+    logged_out = client.post("/accounts/logout/")
+    assert logged_out.status_code == 200
+    assert "Logged out" in logged_out.content.decode()
+    assert client.get("/").status_code == 302
+
+
+# --- the queue --------------------------------------------------------------------------------
+
+
+def test_the_queue_lists_decidable_calls_oldest_first_then_the_others(agent: Agent) -> None:
+    older = submit(agent, '{"amount": "1250.00"}')
+    newer = submit(agent, '{"amount": "600.00"}')
+    own = submit(agent, '{"amount": "700.00"}', principal="alice")
+    submit(agent, '{"amount": "10.00"}')  # allowed: not in the queue
+    alice = person("alice", "decide_call")
+    page = html_of(browser(alice), "/")
+    mine = page[page.index('id="mine"') : page.index('id="others-title"')]
+    others = page[page.index('id="others"') :]
+    assert mine.index(f'id="call-{older.pk}"') < mine.index(f'id="call-{newer.pk}"')
+    assert f'id="call-{own.pk}"' in others  # nobody approves their own request
+    assert f'href="/calls/{older.pk}/"' in mine
+    assert "USD 1,250.00" in mine
+    assert '<code class="rule">big</code>' in mine
+    assert page.count('<li id="call-') == 3
+
+
+def test_a_viewer_sees_every_pending_call_read_only(agent: Agent) -> None:
+    call = submit(agent, '{"amount": "1250.00"}')
+    page = html_of(browser(person("victor", "view_call")), "/")
+    assert 'id="mine"' not in page
+    assert f'id="call-{call.pk}" class="row row-readonly"' in page
+
+
+def test_a_call_held_at_another_groups_gate_is_read_only(agent: Agent) -> None:
+    cap_rule_save(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
+    Gate.objects.filter(name="treasury").update(group=Group.objects.create(name="treasury"))
+    call = submit(agent, '{"amount": "200.00"}', tool="wire")
+    alice = person("alice", "decide_call")
+    queue = queue_for_user(user=alice)
+    assert [row.call.pk for row in queue.others] == [call.pk]
+    alice.groups.add(Group.objects.get(name="treasury"))
+    queue = queue_for_user(user=User.objects.get(pk=alice.pk))
+    assert [row.call.pk for row in queue.mine] == [call.pk]
+
+
+def test_a_call_i_approved_waits_among_the_others_with_its_progress(agent: Agent) -> None:
+    cap_rule_save(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
+    Gate.objects.filter(name="treasury").update(required_approvals=2)
+    call = submit(agent, '{"amount": "200.00"}', tool="wire")
+    alice = person("alice", "decide_call")
+    call_decide(
+        call_id=call.pk,
+        user=alice,
+        approve=True,
+        comment="",
+        arguments_sha256=call.arguments_sha256,
+    )
+    queue = queue_for_user(user=alice)
+    (row,) = queue.others
+    assert (row.decided_by_me, row.approvals, row.required) == (True, 1, 2)
+    page = html_of(browser(alice), "/")
+    assert "1 of 2" in page
+    assert "you decided" in page
+
+
+def test_the_queue_for_htmx_is_the_partial_only(agent: Agent) -> None:
+    submit(agent, '{"amount": "1250.00"}')
+    page = html_of(browser(person("alice", "decide_call")), "/", HX_Request="true")
+    assert page.lstrip().startswith('<section id="queue"')
+    assert "hx-swap-oob" not in page
+    assert "<html" not in page
+
+
+def test_queue_rows_truncate_long_values_and_escape_them(agent: Agent) -> None:
+    long_principal = "p" * 150
+    submit(agent, '{"amount": "1250.00"}', principal=long_principal)
+    submit(agent, '{"amount": "1250.00"}', principal=XSS)
+    page = html_of(browser(person("alice", "decide_call")), "/")
+    assert long_principal not in page
+    assert "p" * 39 + "…" in page
+    assert XSS not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_the_queue_query_count_does_not_grow_with_its_rows(
+    agent: Agent, django_assert_max_num_queries: object
+) -> None:
+    alice = person("alice", "decide_call")
+    submit(agent, '{"amount": "1250.00"}')
+    client = browser(alice)
+    with django_assert_max_num_queries(12):  # type: ignore[operator]
+        client.get("/")
+    for amount in range(600, 630):
+        submit(agent, f'{{"amount": "{amount}.00"}}')
+    with django_assert_max_num_queries(12):  # type: ignore[operator]
+        assert html_of(client, "/").count('<li id="call-') == 31
+
+
+# --- the call page ----------------------------------------------------------------------------
+
+
+def test_sum_rules_show_spent_this_call_and_the_total_after_approval(agent: Agent) -> None:
+    cap_rule_save(line="daily: pay arg=amount sum USD 2000.00 per day -> gate")
+    submit(agent, '{"amount": "300.00"}')  # allowed: recorded in the ledger
+    call = submit(agent, '{"amount": "1250.00"}')
+    page = html_of(browser(person("alice", "decide_call")), f"/calls/{call.pk}/")
+    caps = page[page.index('<table class="caps">') :]
+    assert '<td class="num" data-label="This call"><span>USD 1,250.00</span></td>' in caps
+    assert '<td class="num" data-label="Spent now"><span>USD 300.00</span></td>' in caps
+    assert "<strong>USD 1,550.00</strong>" in caps
+    assert "USD 2,000.00" in caps
+    assert "per day" in caps
+
+
+def test_a_two_approval_gate_shows_one_of_two_after_the_first(agent: Agent) -> None:
+    cap_rule_save(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
+    Gate.objects.filter(name="treasury").update(required_approvals=2)
+    call = submit(agent, '{"amount": "200.00"}', tool="wire")
+    alice, bob = person("alice", "decide_call"), person("bob", "decide_call")
+    assert "0 of 2" in html_of(browser(bob), f"/calls/{call.pk}/")
+    response = browser(alice).post(
+        f"/calls/{call.pk}/approve",
+        {"comment": "fine by me", "arguments_sha256": call.arguments_sha256},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 200
+    assert "1 of 2" in response.content.decode()
+    assert "It waits for more approvals" in response.content.decode()
+    bob_page = html_of(browser(bob), f"/calls/{call.pk}/")
+    assert "1 of 2" in bob_page
+    assert "approved by alice" in bob_page
+    assert "fine by me" in bob_page
+    assert 'name="arguments_sha256"' in bob_page  # bob may still decide
+
+
+def test_the_scope_choice_only_for_a_hold_by_the_permission_mode_alone(agent: Agent) -> None:
+    prompting = Agent.objects.create(name="asker", principal="carol", mode="prompt")
+    mode_only = submit(prompting, '{"path": "/tmp/x"}', tool="read_file")
+    capped = submit(agent, '{"amount": "1250.00"}')
+    alice = browser(person("alice", "decide_call"))
+    mode_page = html_of(alice, f"/calls/{mode_only.pk}/")
+    for scope in ("once", "run", "always"):
+        assert f'name="scope" value="{scope}"' in mode_page
+    assert 'name="scope"' not in html_of(alice, f"/calls/{capped.pk}/")
+
+
+def test_after_a_decision_the_page_shows_who_what_when_and_the_trail(agent: Agent) -> None:
+    call = submit(agent, '{"amount": "1250.00"}')
+    client = browser(person("alice", "decide_call"))
+    response = client.post(
+        f"/calls/{call.pk}/deny", {"comment": "not this month", "arguments_sha256": "x" * 64}
+    )
+    assert response.status_code == 409  # the digest of another page
+    response = client.post(
+        f"/calls/{call.pk}/deny",
+        {"comment": "not this month", "arguments_sha256": call.arguments_sha256},
+    )
+    assert response.status_code == 303
+    page = html_of(client, f"/calls/{call.pk}/")
+    outcome = page[page.index('class="outcome') :]
+    assert outcome.startswith('class="outcome outcome-denied">denied by alice at ')
+    assert "not this month" in page
+    assert "call pending" in page
+    assert "call denied" in page
+    assert 'name="comment"' not in page
+
+
+def test_the_extend_button_extends_once(agent: Agent) -> None:
+    call = submit(agent, '{"amount": "1250.00"}')
+    client = browser(person("alice", "decide_call"))
+    assert f'action="/calls/{call.pk}/extend"' in html_of(client, f"/calls/{call.pk}/")
+    response = client.post(f"/calls/{call.pk}/extend", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert page.lstrip().startswith(f'<article id="call-{call.pk}">')
+    assert "extended once" in page
+    assert f'action="/calls/{call.pk}/extend"' not in page
+
+
+def test_the_call_page_escapes_everything_the_model_wrote(db: None) -> None:
+    asker = Agent.objects.create(name="asker", principal="carol", mode="prompt")
+    call = submit(
+        asker,
+        json.dumps({"amount": "1250.00", "memo": XSS, XSS: 1}),
+        tool=XSS,
+        context=f"context {XSS}",
+        run_id=f"run {XSS}",
+        principal=XSS,
+    )
+    assert call.status == "pending"
+    alice = browser(person("alice", "decide_call"))
+    page = html_of(alice, f"/calls/{call.pk}/")
+    assert XSS not in page
+    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 6
+    queue = html_of(alice, "/")
+    assert XSS not in queue
+    assert "&lt;img src=x onerror=alert(1)&gt;" in queue
+
+
+def test_a_missing_call_is_404(db: None) -> None:
+    client = browser(person("alice", "decide_call"))
+    assert client.get("/calls/00000000-0000-0000-0000-000000000000/").status_code == 404
+
+
+# --- safety -----------------------------------------------------------------------------------
+
+
+def test_every_page_sends_the_strict_policy_and_has_no_inline_script_or_style(
+    agent: Agent,
+) -> None:
+    call = submit(agent, '{"amount": "1250.00"}')
+    client = browser(person("alice", "decide_call"))
+    for url in ["/", f"/calls/{call.pk}/", "/history/", "/accounts/login/"]:
+        response = client.get(url)
+        assert response["Content-Security-Policy"] == POLICY
+        page = response.content.decode()
+        assert not INLINE_SCRIPT.search(page), url
+        assert "<style" not in page
+        assert " style=" not in page
+        assert "cdn" not in page.lower()
+    assert "script-src 'self';" in POLICY
+    assert "frame-ancestors 'none'" in POLICY
+
+
+def test_htmx_is_served_locally_with_its_ws_extension_and_a_safe_config(agent: Agent) -> None:
+    client = browser(person("alice", "decide_call"))
+    page = html_of(client, "/")
+    assert '<script src="/static/django_htmx/htmx-2.min.js" defer></script>' in page
+    assert '<script src="/static/django_htmx/ext/hx-ws-2.min.js" defer></script>' in page
+    assert '<script src="/static/js/countersign.js" defer></script>' in page
+    config = re.search(r'<meta name="htmx-config" content=\'([^\']+)\'>', page)
+    assert config is not None
+    assert json.loads(config[1]) == {
+        "includeIndicatorStyles": False,
+        "allowEval": False,
+        "allowScriptTags": False,
+    }
+    headers = re.search(r"<body hx-ext=\"ws\" hx-headers='([^']+)'", page)
+    assert headers is not None
+    assert len(json.loads(headers[1])["X-CSRFToken"]) == 64
+    assert 'ws-connect="/ws/v1/queue"' in page
+
+
+def test_the_api_docs_still_render_and_their_schema_has_no_duplicate_keys(db: None) -> None:
+    docs = Client().get("/api/v1/docs")
+    assert docs.status_code == 200
+    assert docs["Content-Security-Policy"] == POLICY
+    assert not INLINE_SCRIPT.search(
+        docs.content.decode().replace('<script type="application/json"', "")
+    )
+
+    def no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        keys = [key for key, _ in pairs]
+        assert len(keys) == len(set(keys)), keys  # Swagger UI refuses such a document
+        return dict(pairs)
+
+    json.loads(Client().get("/api/v1/openapi.json").content, object_pairs_hook=no_duplicates)
+
+
+# --- filters ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("minor", "currency", "text"),
+    [(125000, "USD", "USD 1,250.00"), (5000, "JPY", "JPY 5,000"), (1250, "BHD", "BHD 1.250")],
+)
+def test_the_money_filter_uses_the_currency_table(minor: int, currency: str, text: str) -> None:
+    assert money(minor, currency) == text
+    assert (
+        Template("{% load money %}{{ v|money:c }}").render(Context({"v": minor, "c": currency}))
+        == text
+    )
+
+
+def test_the_money_filter_takes_money_with_its_exponent() -> None:
+    assert money(Money("XAU", 1234567, 3)) == "XAU 1,234.567"
+    assert money(None) == ""
+
+
+def test_time_left() -> None:
+    now = timezone.now()
+    assert time_left(now + timedelta(seconds=42), now) == "42s"
+    assert time_left(now + timedelta(minutes=12, seconds=5), now) == "12m 05s"
+    assert time_left(now + timedelta(hours=1, minutes=4), now) == "1h 04m"
+    assert time_left(now + timedelta(days=2, hours=3), now) == "2d 03h"
+    assert time_left(now - timedelta(seconds=1), now) == "expiring"
+    assert time_left(None, now) == ""
+
+
+def test_a_rule_that_cannot_read_the_call_says_why(agent: Agent) -> None:
+    cap_rule_save(line="payees: pay arg=amount sum USD 100.00 per day by arg=payee -> gate")
+    call = submit(agent, '{"amount": "50.00"}')  # no payee: the ledger's key is missing
+    page = html_of(browser(person("alice", "decide_call")), f"/calls/{call.pk}/")
+    caps = page[page.index('<table class="caps">') :]
+    assert "not assessable: the key argument is missing" in caps
+    assert "(limit USD 100.00 per day)" in caps
