@@ -10,7 +10,9 @@ state, so a decision made between the read and the wait is not missed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import re
 import uuid
 from datetime import datetime
@@ -34,6 +36,9 @@ from approvals.sweeper import expire_due_now
 
 WAIT_PATH = re.compile(r"^/api/v1/calls/(?P<call_id>[^/]+)/wait$")
 DEFAULT_TIMEOUT = 25
+POLL_SECONDS = 0.5
+
+logger = logging.getLogger(__name__)
 
 
 class _Refusal(Exception):
@@ -94,29 +99,66 @@ def _seconds_to_expiry(state: dict[str, Any]) -> float | None:
     return (deadline - timezone.now()).total_seconds()
 
 
-async def _next_push(
-    layer: Any, channel: str, disconnected: asyncio.Future[None], seconds: float
-) -> dict[str, Any] | None:
-    """The next pushed call state, or None after ``seconds``."""
-    message = asyncio.ensure_future(layer.receive(channel))
-    done, _ = await asyncio.wait(
-        {message, disconnected}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
-    )
-    if message not in done:
-        message.cancel()
-    if disconnected in done:
-        raise asyncio.CancelledError
-    return message.result()["call"] if message in done else None
+class _Pushes:
+    """The call's pushes from the channel layer, with the database as the fallback.
+
+    Pushes are hints: if the layer fails (Redis restarting, say), the waiter does not fail
+    with it but reads the database every ``POLL_SECONDS`` until it can answer.
+    """
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self.live = False
+
+    async def open(self) -> None:
+        try:
+            assert self.layer is not None
+            self.channel = await self.layer.new_channel()
+            await self.layer.group_add(self.group, self.channel)
+            self.live = True
+        except Exception:
+            logger.warning("channel layer unavailable; a long-poll reads the database instead")
+
+    async def next(
+        self, disconnected: asyncio.Future[None], seconds: float
+    ) -> dict[str, Any] | None:
+        """The next pushed call state; None after ``seconds``, or at once when not live."""
+        if not self.live:
+            done, _ = await asyncio.wait({disconnected}, timeout=min(seconds, POLL_SECONDS))
+            if done:
+                raise asyncio.CancelledError
+            return None
+        assert self.layer is not None
+        assert self.channel is not None
+        message: asyncio.Future[Any] = asyncio.ensure_future(self.layer.receive(self.channel))
+        waiting: set[asyncio.Future[Any]] = {message, disconnected}
+        done, _ = await asyncio.wait(waiting, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        if message not in done:
+            message.cancel()
+        if disconnected in done:
+            raise asyncio.CancelledError
+        if message not in done:
+            return None
+        try:
+            return dict(message.result()["call"])
+        except Exception:
+            logger.warning("channel layer failed; a long-poll reads the database instead")
+            self.live = False
+            return None
+
+    async def close(self) -> None:
+        if self.live and self.layer is not None and self.channel is not None:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(self.group, self.channel)
 
 
 async def _wait(agent: Agent, call_id: uuid.UUID, timeout: int, receive: Receive) -> dict[str, Any]:
     """The call's state once it is final, or when ``timeout`` seconds have passed."""
     read = sync_to_async(_read_state, thread_sensitive=False)
-    layer = get_channel_layer()
-    assert layer is not None
-    channel = await layer.new_channel()
-    group = call_group(call_id)
-    await layer.group_add(group, channel)
+    pushes = _Pushes(call_group(call_id))
+    await pushes.open()  # before the read: a decision made in between is pushed, not missed
     disconnected = asyncio.ensure_future(_until_disconnect(receive))
     try:
         state = await read(agent, call_id)
@@ -135,11 +177,15 @@ async def _wait(agent: Agent, call_id: uuid.UUID, timeout: int, receive: Receive
             if remaining <= 0:
                 return await read(agent, call_id) or state
             wait_for = remaining if to_expiry is None else min(remaining, to_expiry)
-            state = await _next_push(layer, channel, disconnected, wait_for) or state
+            pushed = await pushes.next(disconnected, wait_for)
+            if pushed is not None:
+                state = pushed
+            elif not pushes.live:
+                state = await read(agent, call_id) or state
         return state
     finally:
         disconnected.cancel()
-        await layer.group_discard(group, channel)
+        await pushes.close()
 
 
 async def _until_disconnect(receive: Receive) -> None:

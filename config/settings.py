@@ -94,7 +94,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     run = os.environ.setdefault("COUNTERSIGN_TEST_RUN", str(os.getpid()))
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{run}.sqlite3")}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = True
+    # psycopg's pool, per process. Its default of 4 connections is easily exhausted by a worker
+    # serving sync views, long-poll reads and the expiry sweep at once.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 2,
+        "max_size": 20,
+        "timeout": 10,
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 
 from approvals.models import Agent, AgentToken, Call
 from approvals.services.rules import cap_rule_save
@@ -35,12 +36,17 @@ def _world() -> None:
 def _auto_approver(server: LiveServer, stop: threading.Event) -> None:
     approver = Approver(server, "alice", "pw")
     decided: set[str] = set()
-    while not stop.wait(0.1):
-        for call_id in Call.objects.filter(status="pending").values_list("pk", flat=True):
-            if str(call_id) not in decided:
-                decided.add(str(call_id))
-                approver.decide(str(call_id), approve=True, comment="approved by the auto-approver")
-    approver.close()
+    try:
+        while not stop.wait(0.1):
+            for call_id in Call.objects.filter(status="pending").values_list("pk", flat=True):
+                if str(call_id) not in decided:
+                    decided.add(str(call_id))
+                    approver.decide(
+                        str(call_id), approve=True, comment="approved by the auto-approver"
+                    )
+    finally:
+        approver.close()
+        connection.close()  # this thread's connection, back to the pool
 
 
 @pytest.mark.parametrize("example", ["gated_agent.py", "openai_tool_loop.py"])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from approvals.models import AgentToken, Call, CapRule, Gate
 from approvals.services.demo import DEMO_PASSWORD
@@ -35,14 +36,17 @@ def test_demo_agent_prints_each_decision_as_it_arrives() -> None:
     with live_server() as server:
 
         def approve_the_big_payment() -> None:
-            for _ in range(100):
-                held = Call.objects.filter(tool="pay", status="pending").first()
-                if held is not None:
-                    Approver(server, "alice", DEMO_PASSWORD).decide(
-                        str(held.pk), approve=True, comment="fine for the demo"
-                    )
-                    return
-                time.sleep(0.1)
+            try:
+                for _ in range(100):
+                    held = Call.objects.filter(tool="pay", status="pending").first()
+                    if held is not None:
+                        Approver(server, "alice", DEMO_PASSWORD).decide(
+                            str(held.pk), approve=True, comment="fine for the demo"
+                        )
+                        return
+                    time.sleep(0.1)
+            finally:
+                connection.close()  # this thread's connection, back to the pool
 
         approver = threading.Thread(target=approve_the_big_payment)
         approver.start()

@@ -170,3 +170,27 @@ async def test_a_client_that_goes_away_ends_the_wait() -> None:
     await communicator.send_input({"type": "http.disconnect"})
     await communicator.wait(timeout=2)  # the app returned on its own, long before 30 s
     assert await communicator.receive_nothing(timeout=0.1)
+
+
+class _BrokenLayer:
+    """A channel layer whose server has gone away."""
+
+    async def new_channel(self) -> str:
+        raise ConnectionError("redis is restarting")
+
+
+async def test_without_a_channel_layer_the_waiter_reads_the_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("approvals.longpoll.get_channel_layer", lambda: _BrokenLayer())
+    call = await sync_to_async(_held_call)()
+    answer = asyncio.ensure_future(_answer(_wait(call.pk)))
+    await asyncio.sleep(0.3)
+    assert not answer.done()
+    await sync_to_async(_decide)(call, approve=True, comment="seen in the database")
+    status, state = await answer
+    assert (status, state["status"], state["decision"]["comment"]) == (
+        200,
+        "approved",
+        "seen in the database",
+    )
