@@ -13,6 +13,7 @@ import re
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
@@ -37,6 +38,10 @@ LIST_STATUSES = frozenset(
     {"allowed", "refused", "pending", "approved", "denied", "expired", "cancelled"}
 )
 MAX_IDEMPOTENCY_KEY = 200
+MAX_OFFSET = 10**9
+DEFAULT_WAIT = 25  # seconds, when the long-poll names no timeout
+# JSON Schema's pattern for a text that PostgreSQL can store (it refuses U+0000).
+NO_NUL = "^[^\\u0000]*$"
 
 BODY_NOT_STRICT = "The request body is not strict JSON: {category}."
 BODY_NOT_OBJECT = "The request body must be a JSON object."
@@ -87,7 +92,7 @@ class CountersignAPI(NinjaAPI):
     def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
         """The long-poll is served outside Django (``approvals.longpoll``); list it anyway."""
         schema = super().get_openapi_schema(*args, **kwargs)
-        schema["paths"]["/api/v1/calls/{call_id}/wait"] = WAIT_OPERATION
+        schema["paths"]["/api/v1/calls/{call_id}/wait"] = wait_operation()
         return schema
 
     def _get_urls(self) -> list[URLResolver | URLPattern]:
@@ -149,23 +154,34 @@ ERRORS = {
         (404, "No such call"),
     ]
 }
-WAIT_OPERATION: dict[str, Any] = {
-    "get": {
-        "operationId": "calls_wait",
-        "summary": "Wait until the call is final, or for `timeout` seconds",
-        "security": [{"AgentBearer": []}],
-        "parameters": [
-            {"name": "call_id", "in": "path", "required": True, "schema": {"type": "string"}},
-            {
-                "name": "timeout",
-                "in": "query",
-                "required": False,
-                "schema": {"type": "integer", "minimum": 0, "default": 25},
-            },
-        ],
-        "responses": {"200": _json(CALL_STATE_SCHEMA, "The call state"), **ERRORS},
+
+
+def wait_operation() -> dict[str, Any]:
+    """The long-poll's entry, with the maximum wait this deployment allows."""
+    timeout = {"type": "integer", "minimum": 0, "maximum": settings.COUNTERSIGN_MAX_WAIT}
+    return {
+        "get": {
+            "operationId": "calls_wait",
+            "summary": "Wait until the call is final, or for `timeout` seconds",
+            "security": [{"AgentBearer": []}],
+            "parameters": [
+                {"name": "call_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                {
+                    "name": "timeout",
+                    "in": "query",
+                    "required": False,
+                    "schema": {**timeout, "default": default_wait()},
+                },
+            ],
+            "responses": {"200": _json(CALL_STATE_SCHEMA, "The call state"), **ERRORS},
+        }
     }
-}
+
+
+def default_wait() -> int:
+    return min(DEFAULT_WAIT, settings.COUNTERSIGN_MAX_WAIT)
+
+
 SUBMIT_BODY: dict[str, Any] = {
     "required": True,
     "content": {
@@ -175,11 +191,13 @@ SUBMIT_BODY: dict[str, Any] = {
                 "additionalProperties": False,
                 "required": ["tool", "arguments"],
                 "properties": {
-                    "tool": {"type": "string", "pattern": TOOL_NAME.pattern + "$"},
-                    "arguments": {"oneOf": [{"type": "string"}, {"type": "object"}]},
-                    "principal": {"type": "string", "maxLength": 200},
-                    "run_id": {"type": "string", "maxLength": 200},
-                    "context": {"type": "string", "maxLength": 4000},
+                    "tool": {"type": "string", "pattern": f"^{TOOL_NAME.pattern}$"},
+                    "arguments": {
+                        "oneOf": [{"type": "string", "pattern": NO_NUL}, {"type": "object"}]
+                    },
+                    "principal": {"type": "string", "maxLength": 200, "pattern": NO_NUL},
+                    "run_id": {"type": "string", "maxLength": 200, "pattern": NO_NUL},
+                    "context": {"type": "string", "maxLength": 4000, "pattern": NO_NUL},
                     "usage": {
                         "type": "object",
                         "additionalProperties": False,
@@ -391,7 +409,7 @@ def calls_cancel(request: HttpRequest, call_id: str) -> HttpResponse:
 def _bounded_int(raw: str | None, default: int, low: int, high: int) -> int:
     if raw is None:
         return default
-    if not re.fullmatch(r"[0-9]{1,9}", raw, re.ASCII) or not low <= int(raw) <= high:
+    if not re.fullmatch(r"[0-9]{1,10}", raw, re.ASCII) or not low <= int(raw) <= high:
         raise ApiError(400, "bad_request", BAD_QUERY)
     return int(raw)
 
@@ -406,13 +424,17 @@ def _bounded_int(raw: str | None, default: int, low: int, high: int) -> int:
                 "in": "query",
                 "schema": {"type": "string", "enum": sorted(LIST_STATUSES)},
             },
-            {"name": "run_id", "in": "query", "schema": {"type": "string"}},
+            {"name": "run_id", "in": "query", "schema": {"type": "string", "pattern": NO_NUL}},
             {
                 "name": "limit",
                 "in": "query",
                 "schema": {"type": "integer", "minimum": 1, "maximum": 100},
             },
-            {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+            {
+                "name": "offset",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+            },
         ],
         "responses": {
             200: _json(
@@ -434,11 +456,14 @@ def calls_list(request: HttpRequest) -> HttpResponse:
     if status is not None and status not in LIST_STATUSES:
         raise ApiError(400, "bad_request", BAD_QUERY)
     limit = _bounded_int(request.GET.get("limit"), 50, 1, 100)
-    offset = _bounded_int(request.GET.get("offset"), 0, 0, 10**9)
+    offset = _bounded_int(request.GET.get("offset"), 0, 0, MAX_OFFSET)
+    run_id = request.GET.get("run_id")
+    if run_id is not None and "\x00" in run_id:
+        raise ApiError(400, "bad_request", BAD_QUERY)
     calls, count = selectors.calls_for_agent(
         agent=_agent(request),
         status=status,
-        run_id=request.GET.get("run_id"),
+        run_id=run_id,
         limit=limit,
         offset=offset,
     )

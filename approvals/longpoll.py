@@ -26,7 +26,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.api import AGENT_DISABLED, BAD_QUERY, NOT_FOUND, UNAUTHENTICATED
+from approvals.api import AGENT_DISABLED, BAD_QUERY, NOT_FOUND, UNAUTHENTICATED, default_wait
 from approvals.middleware import Receive, Scope, Send, json_error_bytes, send_json
 from approvals.models import Agent
 from approvals.notify import call_group
@@ -35,7 +35,6 @@ from approvals.services.agents import agent_authenticate
 from approvals.sweeper import expire_due_now
 
 WAIT_PATH = re.compile(r"^/api/v1/calls/(?P<call_id>[^/]+)/wait$")
-DEFAULT_TIMEOUT = 25
 POLL_SECONDS = 0.5
 
 logger = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ def _header(scope: Scope, name: bytes) -> str:
 def _timeout(scope: Scope) -> int:
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("timeout")
     if values is None:
-        return min(DEFAULT_TIMEOUT, settings.COUNTERSIGN_MAX_WAIT)
+        return default_wait()
     raw = values[-1]
     if not re.fullmatch(r"[0-9]{1,6}", raw, re.ASCII) or int(raw) > settings.COUNTERSIGN_MAX_WAIT:
         raise _Refusal(400, "bad_request", BAD_QUERY)

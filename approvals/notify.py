@@ -6,6 +6,7 @@ and whoever misses one rebuilds from the database on (re)connect.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -14,6 +15,8 @@ from django.db import transaction
 
 from approvals.models import Call
 from approvals.selectors import call_state
+
+logger = logging.getLogger(__name__)
 
 QUEUE_GROUP = "queue"
 CALL_CHANGED = "call.changed"
@@ -28,11 +31,19 @@ def agent_group(agent_id: int) -> str:
 
 
 def _send(groups: list[str], message: dict[str, Any]) -> None:
+    """Runs after the commit: the write stands whatever happens here, so a failing channel
+    layer is logged and the request goes on to answer with what was stored. Whoever misses
+    the push reads the database (waiters poll it, sockets get the state on reconnect)."""
     layer = get_channel_layer()
     if layer is None:
         return
     for group in groups:
-        async_to_sync(layer.group_send)(group, message)
+        try:
+            async_to_sync(layer.group_send)(group, message)
+        except Exception:
+            logger.warning(
+                "push to %s failed; waiters fall back to the database", group, exc_info=True
+            )
 
 
 def notify_call(call: Call) -> None:

@@ -1255,6 +1255,28 @@ def test_the_openapi_document_lists_every_operation(db: None) -> None:
     assert "422" not in json.dumps(paths)
 
 
+def _parameter(paths: dict[str, Any], path: str, method: str, name: str) -> dict[str, Any]:
+    (parameter,) = [p for p in paths[path][method]["parameters"] if p["name"] == name]
+    return dict(parameter["schema"])
+
+
+def test_the_openapi_document_states_the_limits_the_server_enforces(
+    db: None, settings: Any
+) -> None:
+    settings.COUNTERSIGN_MAX_WAIT = 40
+    paths = Client().get("/api/v1/openapi.json").json()["paths"]
+    timeout = _parameter(paths, "/api/v1/calls/{call_id}/wait", "get", "timeout")
+    assert (timeout["minimum"], timeout["maximum"], timeout["default"]) == (0, 40, 25)
+    offset = _parameter(paths, "/api/v1/calls", "get", "offset")
+    assert (offset["minimum"], offset["maximum"]) == (0, 10**9)
+    assert _parameter(paths, "/api/v1/calls", "get", "run_id")["pattern"] == api.NO_NUL
+    make_agent()
+    # The documented maximum is served, and just past it is refused.
+    assert bearer().get("/api/v1/calls?offset=1000000000").status_code == 200
+    refused = bearer().get("/api/v1/calls?offset=1000000001")
+    assert refused.json()["error"]["message"] == api.BAD_QUERY
+
+
 def test_the_interactive_docs_render(db: None) -> None:
     response = Client().get("/api/v1/docs")
     assert response.status_code == 200

@@ -207,12 +207,6 @@ def test_agents_get_their_decisions_after_the_server_is_killed_and_restarted(
     print(f"\ncrash and restart: {len(finals)} agents, every final state right")
 
 
-# What the two tests marked with it found (strict xfails: each passes once the defect is
-# fixed, and then the marker must go).
-PUSH_AFTER_COMMIT_500 = (
-    "approvals/notify.py sends the push in on_commit without catching a channel-layer error: "
-    "with Redis down the request answers 500 although its write was committed"
-)
 REDIS_OUTAGE = 2.0  # seconds Redis stays down: every agent's socket breaks meanwhile
 
 
@@ -251,7 +245,6 @@ def redis_down_world(
         yield server, own_redis, world
 
 
-@pytest.mark.xfail(strict=True, reason=PUSH_AFTER_COMMIT_500)
 def test_a_submission_while_redis_is_down_is_answered_with_what_was_stored(
     redis_down_world: tuple[LiveServer, PrivateRedis, list[tuple[str, Decimal]]],
 ) -> None:
@@ -274,7 +267,6 @@ def test_a_submission_while_redis_is_down_is_answered_with_what_was_stored(
         assert set(response.json()) == {"error"}
 
 
-@pytest.mark.xfail(strict=True, reason=PUSH_AFTER_COMMIT_500)
 def test_a_decision_while_redis_is_down_is_committed_once_and_reaches_the_agent_later(
     redis_down_world: tuple[LiveServer, PrivateRedis, list[tuple[str, Decimal]]],
 ) -> None:
