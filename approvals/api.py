@@ -24,7 +24,7 @@ from ninja.security import HttpBearer
 import capcore
 from approvals import jsontext, selectors
 from approvals.models import Agent, Call
-from approvals.ratelimit import submission_limiter
+from approvals.ratelimit import LimiterUnavailable, submission_limiter
 from approvals.services.agents import agent_authenticate
 from approvals.services.calls import IdempotencyConflict, Submission, call_submit
 from approvals.services.lifecycle import AlreadyFinal, call_cancel
@@ -61,6 +61,8 @@ BAD_QUERY = "A query parameter is malformed or out of range."
 UNAUTHENTICATED = "A valid bearer token is required."
 AGENT_DISABLED = "This agent is disabled."
 RATE_LIMITED = "Too many submissions from this agent; retry after the Retry-After seconds."
+LIMITER_UNAVAILABLE = "The rate limit cannot be checked just now; nothing was stored. Retry."
+UNAVAILABLE_RETRY_AFTER = 1  # seconds
 
 
 class ApiError(Exception):
@@ -356,6 +358,7 @@ def _own_call(request: HttpRequest, call_id: str) -> Call:
             200: _json(CALL_STATE_SCHEMA, "An idempotent replay"),
             "409": _json(ERROR_SCHEMA, "Idempotency-Key reused with another body"),
             "429": _json(ERROR_SCHEMA, "Rate limited; see Retry-After"),
+            "503": _json(ERROR_SCHEMA, "The rate limit cannot be checked; retry"),
             **ERRORS,
         },
     },
@@ -363,7 +366,13 @@ def _own_call(request: HttpRequest, call_id: str) -> Call:
 def calls_submit(request: HttpRequest) -> HttpResponse:
     agent = _agent(request)
     limiter = submission_limiter()
-    retry_after = None if limiter is None else limiter.hit(f"agent:{agent.pk}")
+    try:
+        retry_after = None if limiter is None else limiter.hit(f"agent:{agent.pk}")
+    except LimiterUnavailable:
+        # Fail-closed: an uncounted submission could be one over the limit.
+        response = error_response(503, "unavailable", LIMITER_UNAVAILABLE)
+        response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+        return response
     if retry_after is not None:
         response = error_response(429, "rate_limited", RATE_LIMITED)
         response["Retry-After"] = str(retry_after)
@@ -372,9 +381,12 @@ def calls_submit(request: HttpRequest) -> HttpResponse:
         call, created = call_submit(agent=agent, submission=_submission(request, agent))
     except IdempotencyConflict:
         raise ApiError(409, "idempotency_conflict", IDEMPOTENCY_CONFLICT) from None
-    fresh = selectors.call_for_agent(agent=agent, call_id=call.pk)
-    assert fresh is not None
-    return JsonResponse(selectors.call_state(fresh), status=201 if created else 200)
+    if created:
+        # As committed; anything that happens to it later reaches the agent as it waits.
+        return JsonResponse(selectors.call_state(call), status=201)
+    replayed = selectors.call_for_agent(agent=agent, call_id=call.pk)
+    assert replayed is not None
+    return JsonResponse(selectors.call_state(replayed), status=200)
 
 
 @api.get(

@@ -50,6 +50,9 @@ CLOSE_NOT_FOUND = 4404
 # How soon a waiter tries again when its call is past its deadline but still pending (the
 # expiry failed, or lost a race with a decision that is still committing).
 EXPIRY_RETRY_SECONDS = 0.5
+# How often a socket with a pending call reads it again: the channel layer can drop a push
+# while the socket stays open, and then nothing else would tell the agent before the deadline.
+RECHECK_SECONDS = 30.0
 
 State = dict[str, Any]
 
@@ -149,7 +152,8 @@ class _AgentConsumer(AsyncJsonWebsocketConsumer):
 class AgentCallConsumer(_AgentConsumer):
     """``/ws/v1/calls/<id>``: the call's state now, every change, and a ``1000`` close once it
     is final. While the call is pending the socket also sleeps until its deadline and then
-    expires it itself, so the agent learns ``expired`` on time even if the sweep lags."""
+    expires it itself, so the agent learns ``expired`` on time even if the sweep lags, and
+    reads the call now and then in case a push was lost."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -221,7 +225,7 @@ class AgentCallConsumer(_AgentConsumer):
         self._deadline = expires_at
         if expires_at is not None:
             deadline = datetime.fromisoformat(expires_at)
-            self._timer = asyncio.get_running_loop().create_task(self._expire_at(deadline))
+            self._timer = asyncio.get_running_loop().create_task(self._watch(deadline))
 
     def _stop_timer(self) -> None:
         timer, self._timer = self._timer, None
@@ -229,25 +233,27 @@ class AgentCallConsumer(_AgentConsumer):
         if timer is not None and timer is not asyncio.current_task():
             timer.cancel()
 
-    async def _expire_at(self, deadline: datetime) -> None:
-        """Sleep until the deadline, expire what is due, and send the state as it is then."""
-        await asyncio.sleep(max((deadline - timezone.now()).total_seconds(), 0.0))
+    async def _watch(self, deadline: datetime) -> None:
+        """Read the call again every ``RECHECK_SECONDS`` and at its deadline, expiring it
+        then; send what changed. Ends once the call is final or its deadline moved (the new
+        deadline has its own watch)."""
         while True:
-            try:
-                await expire_due_now()
-            except Exception:
-                logger.exception("expiring call %s at its deadline failed", self.call_id)
-            state = await self._read()
-            if (
-                state is None
-                or state["status"] != "pending"
-                or state["expires_at"] != self._deadline
-            ):
-                break
-            # Still pending with this deadline: woken early, or the expiry did not go through.
             remaining = (deadline - timezone.now()).total_seconds()
-            await asyncio.sleep(remaining if remaining > 0 else EXPIRY_RETRY_SECONDS)
-        await self._deliver(state)
+            if remaining > 0:
+                await asyncio.sleep(min(remaining, RECHECK_SECONDS))
+            due = timezone.now() >= deadline
+            if due:
+                try:
+                    await expire_due_now()
+                except Exception:
+                    logger.exception("expiring call %s at its deadline failed", self.call_id)
+            await self._deliver(await self._read())
+            if self._finished or self._timer is not asyncio.current_task():
+                return
+            if due:
+                # Still pending past its deadline: the expiry failed, or lost a race with a
+                # decision that is still committing.
+                await asyncio.sleep(EXPIRY_RETRY_SECONDS)
 
 
 class AgentStreamConsumer(_AgentConsumer):

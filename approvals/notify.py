@@ -6,6 +6,7 @@ and whoever misses one rebuilds from the database on (re)connect.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -30,19 +31,20 @@ def agent_group(agent_id: int) -> str:
     return f"agent.{agent_id}"
 
 
-def _send(groups: list[str], message: dict[str, Any]) -> None:
+async def _send(groups: list[str], message: dict[str, Any]) -> None:
     """Runs after the commit: the write stands whatever happens here, so a failing channel
     layer is logged and the request goes on to answer with what was stored. Whoever misses
     the push reads the database (waiters poll it, sockets get the state on reconnect)."""
     layer = get_channel_layer()
     if layer is None:
         return
-    for group in groups:
-        try:
-            async_to_sync(layer.group_send)(group, message)
-        except Exception:
+    results = await asyncio.gather(
+        *(layer.group_send(group, message) for group in groups), return_exceptions=True
+    )
+    for group, result in zip(groups, results, strict=True):
+        if isinstance(result, Exception):
             logger.warning(
-                "push to %s failed; waiters fall back to the database", group, exc_info=True
+                "push to %s failed; waiters fall back to the database", group, exc_info=result
             )
 
 
@@ -50,4 +52,5 @@ def notify_call(call: Call) -> None:
     """After commit, tell everyone watching this call, its agent, or the queue."""
     message = {"type": CALL_CHANGED, "call": call_state(call)}
     groups = [call_group(call.pk), agent_group(call.agent_id), QUEUE_GROUP]
-    transaction.on_commit(lambda: _send(groups, message))
+    # One hop to the event loop per push, not one per group.
+    transaction.on_commit(lambda: async_to_sync(_send)(groups, message))

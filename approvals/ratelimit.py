@@ -31,6 +31,9 @@ return tonumber(oldest) + window - now
 """
 
 
+REDIS_TIMEOUT = 2.0  # seconds
+
+
 class Limiter(Protocol):
     def hit(self, key: str) -> int | None:
         """Count one submission; None if it is within the limit, else seconds to wait."""
@@ -58,18 +61,28 @@ class LocalLimiter:
             return _seconds(log[0] + self.window_ms - now)
 
 
+class LimiterUnavailable(Exception):
+    """The count could not be read: the caller must refuse, not let the request through."""
+
+
 class RedisLimiter:
     def __init__(self, url: str, limit: int, window_seconds: int) -> None:
         self.limit, self.window_ms = limit, window_seconds * 1000
-        self._redis = redis.Redis.from_url(url)
+        # A Redis that stops answering must not hold submissions for the OS's TCP timeout.
+        self._redis = redis.Redis.from_url(
+            url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT
+        )
         self._script = self._redis.register_script(_SLIDING_LOG)
 
     def hit(self, key: str) -> int | None:
         now = time.time() * 1000  # wall clock: shared by every worker on every host
-        wait = self._script(
-            keys=[f"countersign:rate:{key}"],
-            args=[now, self.window_ms, self.limit, f"{now}:{uuid.uuid4().hex}"],
-        )
+        try:
+            wait = self._script(
+                keys=[f"countersign:rate:{key}"],
+                args=[now, self.window_ms, self.limit, f"{now}:{uuid.uuid4().hex}"],
+            )
+        except redis.RedisError as error:
+            raise LimiterUnavailable from error
         return None if int(wait) == 0 else _seconds(float(wait))
 
 

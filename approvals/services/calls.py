@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 import capcore
@@ -47,7 +47,8 @@ def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, 
 
     On SQLite the IMMEDIATE transaction already holds the database's write lock; on
     PostgreSQL the row locks serialise concurrent calls per ledger, across processes, and the
-    fixed order rules out deadlocks.
+    fixed order rules out deadlocks. Creating first, before holding any lock, keeps it so: a
+    transaction that waits on another's new row holds nothing that one could need.
     """
     if not keys:
         return {}
@@ -55,21 +56,28 @@ def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, 
         [Ledger(rule=k.rule, currency=k.currency, key_digest=k.key_digest or "") for k in keys],
         ignore_conflicts=True,
     )
-    ledgers: dict[capcore.LedgerKey, Ledger] = {}
-    for key in keys:  # already sorted: the lock order
-        ledgers[key] = Ledger.objects.select_for_update().get(
-            rule=key.rule, currency=key.currency, key_digest=key.key_digest or ""
-        )
-    return ledgers
+    return _ledgers_locked(keys)
+
+
+def _ledgers_locked(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
+    wanted = {(k.rule, k.currency, k.key_digest or ""): k for k in keys}
+    match = Q()
+    for rule, currency, key_digest in wanted:
+        match |= Q(rule=rule, currency=currency, key_digest=key_digest)
+    # PostgreSQL locks the rows as the sort emits them: always in this order.
+    rows = (
+        Ledger.objects.select_for_update().filter(match).order_by("rule", "currency", "key_digest")
+    )
+    return {wanted[(row.rule, row.currency, row.key_digest)]: row for row in rows}
 
 
 def _counter(agent: Agent, budget: capcore.Budget | None, run_id: str, now: datetime) -> RunCounter:
     scope = budget.scope if budget is not None else capcore.BudgetScope.RUN
     key = run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
-    counter, _ = RunCounter.objects.get_or_create(
+    counter, _ = RunCounter.objects.select_for_update().get_or_create(
         agent=agent, scope=scope.value, key=key, defaults={"started_at": now}
     )
-    return RunCounter.objects.select_for_update().get(pk=counter.pk)
+    return counter
 
 
 def _counters_before(counter: RunCounter, budget: capcore.Budget | None) -> capcore.RunCounters:

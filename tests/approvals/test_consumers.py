@@ -275,6 +275,22 @@ async def test_an_extended_deadline_is_pushed_and_the_old_one_no_longer_expires(
     await communicator.disconnect()
 
 
+async def test_a_decision_whose_push_was_lost_reaches_the_open_socket(
+    agent: Agent, approver: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The channel layer may drop a push while the socket stays open: the socket reads the
+    call again on its own."""
+    monkeypatch.setattr("approvals.consumers.RECHECK_SECONDS", 0.3)
+    call = await submit(agent)
+    communicator = await opened(call_path(call))
+    assert (await receive_call(communicator))["status"] == "pending"
+    monkeypatch.setattr("approvals.notify.get_channel_layer", lambda: None)  # the push is lost
+    await decide(call, approver, approve=True, comment="fine")
+    state = await receive_call(communicator, timeout=3)
+    assert (state["status"], state["decision"]["comment"]) == ("approved", "fine")
+    await assert_closed(communicator, 1000)
+
+
 async def test_client_frames_are_ignored(agent: Agent) -> None:
     call = await submit(agent)
     communicator = await opened(call_path(call))

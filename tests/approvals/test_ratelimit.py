@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from approvals.api import LIMITER_UNAVAILABLE
 from approvals.models import Agent, AgentToken, Call
-from approvals.ratelimit import LocalLimiter, RedisLimiter
+from approvals.ratelimit import LimiterUnavailable, LocalLimiter, RedisLimiter
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 
@@ -71,3 +72,31 @@ def test_the_api_answers_429_with_retry_after(db: None, settings: Any) -> None:
     assert codes[2].json()["error"]["code"] == "rate_limited"
     assert 1 <= int(codes[2]["Retry-After"]) <= 60
     assert Call.objects.count() == 2
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # nothing listens once the probe is closed
+
+
+def test_an_unreachable_redis_is_reported_not_passed() -> None:
+    limiter = RedisLimiter(f"redis://127.0.0.1:{_closed_port()}/0", 3, 60)
+    with pytest.raises(LimiterUnavailable):
+        limiter.hit("any")
+
+
+def test_the_api_refuses_with_503_when_the_limit_cannot_be_checked(db: None, settings: Any) -> None:
+    settings.COUNTERSIGN_RATE_LIMIT = (2, 60)
+    settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+    agent = Agent.objects.create(name=f"bot-{uuid.uuid4().hex}", principal="p")
+    AgentToken.objects.create(
+        agent=agent, digest=hashlib.sha256(b"cs_rate").hexdigest(), prefix="cs_rate"
+    )
+    response = Client(HTTP_AUTHORIZATION="Bearer cs_rate").post(
+        "/api/v1/calls", json.dumps({"tool": "pay", "arguments": "{}"}), "application/json"
+    )
+    assert response.status_code == 503
+    assert response.json() == {"error": {"code": "unavailable", "message": LIMITER_UNAVAILABLE}}
+    assert response["Retry-After"] == "1"
+    assert Call.objects.count() == 0

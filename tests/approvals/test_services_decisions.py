@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
@@ -139,9 +140,11 @@ def test_two_approvers_at_once_produce_one_outcome_and_one_notification(
     cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
     call = held_call()
     pushed: list[str] = []
-    monkeypatch.setattr(
-        notify, "_send", lambda groups, message: pushed.append(message["call"]["status"])
-    )
+
+    async def record(groups: list[str], message: dict[str, Any]) -> None:
+        pushed.append(message["call"]["status"])
+
+    monkeypatch.setattr(notify, "_send", record)
     users = [approver("alice"), approver("bob")]
     outcomes: list[str] = []
     start = threading.Barrier(2)

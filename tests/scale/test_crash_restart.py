@@ -20,6 +20,7 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
+from approvals.api import LIMITER_UNAVAILABLE
 from approvals.models import Approval, AuditEntry, Call, LedgerEntry
 from approvals.services.decisions import call_decide
 from approvals.services.rules import cap_rule_save
@@ -235,36 +236,44 @@ def test_agents_get_their_decisions_when_redis_restarts_mid_wait(
     print(f"\nRedis restart: {len(finals)} agents, every final state right")
 
 
-@pytest.fixture
+@pytest.fixture(params=["rate limit off", "rate limit on"])
 def redis_down_world(
-    approver: User, own_redis: PrivateRedis
+    request: pytest.FixtureRequest, approver: User, own_redis: PrivateRedis
 ) -> Iterator[tuple[LiveServer, PrivateRedis, list[tuple[str, Decimal]]]]:
-    """One worker on the private Redis, two agents; the test kills Redis when it wants to."""
+    """One worker on the private Redis, two agents; the test kills Redis when it wants to.
+    With the rate limit on, its counts live in that Redis too."""
     world = _world(2)
-    with workers(1, {"REDIS_URL": own_redis.url}) as (server,):
+    limit = {"COUNTERSIGN_RATE_LIMIT": "600/m" if request.param == "rate limit on" else "0"}
+    with workers(1, {"REDIS_URL": own_redis.url, **limit}) as (server,):
         yield server, own_redis, world
 
 
-def test_a_submission_while_redis_is_down_is_answered_with_what_was_stored(
+def test_a_submission_while_redis_is_down_is_stored_or_refused_whole(
     redis_down_world: tuple[LiveServer, PrivateRedis, list[tuple[str, Decimal]]],
+    request: pytest.FixtureRequest,
 ) -> None:
     server, redis, world = redis_down_world
     redis.kill()
-    token = world[0][0]
     response = httpx.post(
         f"{server.url}/api/v1/calls",
         json={"tool": "pay", "arguments": '{"amount": "600.00"}'},
-        headers=bearer(token),
+        headers=bearer(world[0][0]),
         timeout=10,
     )
     stored = list(Call.objects.values_list("id", "status"))
-    # Either the call is stored and the agent is told so, or nothing is stored at all.
-    if stored:
-        assert response.status_code == 201, (response.status_code, stored)
-        assert (response.json()["id"], response.json()["status"]) == (str(stored[0][0]), "pending")
-    else:
+    if "rate limit on" in request.node.callspec.id:
+        # The count cannot be read: refused, retryable, and nothing stored.
         assert response.status_code == 503
-        assert set(response.json()) == {"error"}
+        assert response.json()["error"] == {"code": "unavailable", "message": LIMITER_UNAVAILABLE}
+        assert response.headers["Retry-After"] == "1"
+        assert stored == []
+    else:
+        # Stored, and the agent is told so although the push could not go out.
+        assert response.status_code == 201
+        assert [(response.json()["id"], response.json()["status"])] == [
+            (str(call_id), status) for call_id, status in stored
+        ]
+        assert stored[0][1] == "pending"
 
 
 def test_a_decision_while_redis_is_down_is_committed_once_and_reaches_the_agent_later(
