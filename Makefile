@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-submit bench-decision bench-pages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,17 @@ lint: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/capcore_bench.py
+
+# The service benchmarks (docs/performance.md); pass flags in BENCH_ARGS, e.g.
+# make bench-decision BENCH_ARGS="--agents 5000 --mode bulk"
+bench-submit: $(TEST_STAMP)
+	$(BIN)/python bench/submit_bench.py $(BENCH_ARGS)
+
+bench-decision: $(TEST_STAMP)
+	$(BIN)/python bench/decision_bench.py $(BENCH_ARGS)
+
+bench-pages: $(TEST_STAMP)
+	$(BIN)/python bench/pages_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

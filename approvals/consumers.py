@@ -30,6 +30,7 @@ from approvals.models import Agent, Call
 from approvals.notify import QUEUE_GROUP, agent_group, call_group
 from approvals.selectors import (
     FINAL_STATUSES,
+    NEVER_HELD,
     call_for_agent,
     call_page,
     call_state,
@@ -295,13 +296,12 @@ def _person(user_id: int, session_key: str | None) -> User | None:
 
 
 @database_sync_to_async
-def _queue_html(user_id: int, session_key: str | None) -> tuple[str, frozenset[str]] | None:
+def _queue_html(user_id: int, session_key: str | None) -> str | None:
     user = _person(user_id, session_key)
     if user is None:
         return None
     queue = queue_for_user(user=user)
-    html = render_to_string("approvals/queue.html#queue", {"queue": queue, "oob": True})
-    return html, queue.ids
+    return render_to_string("approvals/queue.html#queue", {"queue": queue, "oob": True})
 
 
 @database_sync_to_async
@@ -391,22 +391,19 @@ class _PageConsumer(AsyncWebsocketConsumer):
 
 class QueueConsumer(_PageConsumer):
     """``/ws/v1/queue``: the whole queue as this person sees it, on every (re)connect and
-    after every change to a pending call (or to one the page shows)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._shown: frozenset[str] = frozenset()
+    after every change to a call that waits or waited: a pending one, or one that has just
+    left the queue (only a held call can end approved, denied, expired or cancelled). Calls
+    allowed or refused at once never were in it."""
 
     def _concerns(self, state: State) -> bool:
-        return state.get("status") == "pending" or state.get("id") in self._shown
+        return state.get("status") not in NEVER_HELD
 
     async def _push(self) -> None:
         assert self.user_id is not None
-        rendered = await _queue_html(self.user_id, self._session_key())
-        if rendered is None:
+        html = await _queue_html(self.user_id, self._session_key())
+        if html is None:
             await self._refuse()
             return
-        html, self._shown = rendered
         await self.send(text_data=html)
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from approvals.models import Call
+from approvals.models import Approval, Call
 from approvals.selectors import call_state
 
 logger = logging.getLogger(__name__)
@@ -48,9 +49,10 @@ async def _send(groups: list[str], message: dict[str, Any]) -> None:
             )
 
 
-def notify_call(call: Call) -> None:
-    """After commit, tell everyone watching this call, its agent, or the queue."""
-    message = {"type": CALL_CHANGED, "call": call_state(call)}
+def notify_call(call: Call, *, approvals: Iterable[Approval] | None = None) -> None:
+    """After commit, tell everyone watching this call, its agent, or the queue. Pass the
+    call's ``approvals`` (with their users) when they are at hand, to save reading them."""
+    message = {"type": CALL_CHANGED, "call": call_state(call, approvals=approvals)}
     groups = [call_group(call.pk), agent_group(call.agent_id), QUEUE_GROUP]
     # One hop to the event loop per push, not one per group.
     transaction.on_commit(lambda: async_to_sync(_send)(groups, message))

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -18,6 +18,7 @@ import capcore
 from approvals import selectors
 from approvals.models import Agent, AuditEntry, Call, Gate, Ledger, LedgerEntry, RunCost, RunCounter
 from approvals.notify import notify_call
+from approvals.services.transactions import write_transaction
 
 logger = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ def call_submit(
     if earlier is not None:
         return earlier, False
     try:
-        with transaction.atomic():
+        with write_transaction():
             _forget_stale_key(agent, submission, now or timezone.now())
             call = _evaluate_and_create(agent, submission, now)
     except IntegrityError:

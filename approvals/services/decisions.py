@@ -7,7 +7,6 @@ import uuid
 from datetime import datetime
 
 from django.contrib.auth.models import User
-from django.db import transaction
 from django.utils import timezone
 
 import capcore
@@ -15,6 +14,7 @@ from approvals import selectors
 from approvals.models import Approval, AuditEntry, Call, Gate, PermissionRule
 from approvals.notify import notify_call
 from approvals.services.calls import ledger_lock, ledger_record, records_from_json
+from approvals.services.transactions import write_transaction
 
 DEFAULT_DENY_COMMENT = "Denied by a reviewer. Do not retry this call unchanged."
 SCOPES = ("once", "run", "always")
@@ -80,7 +80,7 @@ def _allow_tool(call: Call, scope: str) -> None:
     )
 
 
-@transaction.atomic
+@write_transaction()
 def call_decide(
     *,
     call_id: uuid.UUID,
@@ -108,14 +108,18 @@ def call_decide(
         raise DecisionConflict(Conflict.FINAL.value)
     if arguments_sha256 != call.arguments_sha256:
         raise DecisionConflict(Conflict.STALE.value)
-    if Approval.objects.filter(call=call, user_id=user.pk).exists():
+    # Read once: for the second-decision check, the quorum, and the state pushed.
+    approvals = list(call.approvals.select_related("user").order_by("created_at", "pk"))
+    if any(approval.user_id == user.pk for approval in approvals):
         raise DecisionConflict(Conflict.SECOND.value)
-    Approval.objects.create(
-        call=call, user=user, approve=approve, comment=comment, scope=scope, created_at=now
+    approvals.append(
+        Approval.objects.create(
+            call=call, user=user, approve=approve, comment=comment, scope=scope, created_at=now
+        )
     )
     if not approve:
         _finish(call, "denied", user, comment or DEFAULT_DENY_COMMENT, now)
-    elif call.approvals.filter(approve=True).count() >= _required_approvals(call):
+    elif sum(approval.approve for approval in approvals) >= _required_approvals(call):
         records = records_from_json(call.pending_records)
         keys = tuple(sorted(record.ledger for record in records))
         ledger_record(call=call, records=records, ledgers=ledger_lock(keys), now=now)
@@ -133,5 +137,5 @@ def call_decide(
         object_id=str(call.pk),
         after=comment,
     )
-    notify_call(call)
+    notify_call(call, approvals=approvals)
     return call

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Agent, AuditEntry, Call, Gate
 from approvals.notify import notify_call
+from approvals.services.transactions import write_transaction
 
 CANCELLED_COMMENT = "Cancelled by the agent."
 EXPIRED_COMMENT = "No decision before the deadline: treated as a denial."
@@ -34,7 +34,7 @@ def _end(call: Call, status: str, comment: str, now: datetime, agent: Agent | No
     notify_call(call)
 
 
-@transaction.atomic
+@write_transaction()
 def call_cancel(*, agent: Agent, call_id: uuid.UUID, now: datetime | None = None) -> Call | None:
     """The agent withdraws its pending call. None when it has no such call."""
     call = Call.objects.select_for_update().filter(pk=call_id, agent=agent).first()
@@ -54,7 +54,7 @@ def calls_expire_due(*, now: datetime | None = None) -> int:
     expired = 0
     due = Call.objects.filter(status="pending", expires_at__lte=now).values_list("pk", flat=True)
     for call_id in list(due):
-        with transaction.atomic():
+        with write_transaction():
             won = Call.objects.filter(pk=call_id, status="pending", expires_at__lte=now).update(
                 status="expired", decided_at=now, decision_comment=EXPIRED_COMMENT, updated_at=now
             )
@@ -75,7 +75,7 @@ def _smallest_timeout(call: Call) -> int:
     )
 
 
-@transaction.atomic
+@write_transaction()
 def call_extend(*, call_id: uuid.UUID, user: User, now: datetime | None = None) -> Call:
     """Push a pending call's deadline back by its smallest gate timeout, once.
 

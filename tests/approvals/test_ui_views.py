@@ -13,8 +13,13 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.csp import POLICY
-from approvals.models import Agent, Call, Gate
-from approvals.selectors import Money, queue_for_user
+from approvals.models import Agent, Approval, Call, Gate
+from approvals.selectors import (
+    QUEUE_SECTION_LIMIT,
+    Money,
+    decidable_call_ids,
+    queue_for_user,
+)
 from approvals.services.calls import Submission, call_submit
 from approvals.services.decisions import call_decide
 from approvals.services.rules import cap_rule_save
@@ -162,6 +167,80 @@ def test_a_call_i_approved_waits_among_the_others_with_its_progress(agent: Agent
     page = html_of(browser(alice), "/")
     assert "1 of 2" in page
     assert "you decided" in page
+
+
+def approve(call: Call, user: User) -> None:
+    call_decide(
+        call_id=call.pk, user=user, approve=True, comment="", arguments_sha256=call.arguments_sha256
+    )
+
+
+def section_rows(page: str, section: str) -> list[str]:
+    """The call ids of one section (``mine`` or ``others``), in the page's order."""
+    start = page.index(f'id="{section}"')
+    return re.findall(r'<li id="call-([0-9a-f-]{36})"', page[start : page.index("</ol>", start)])
+
+
+def test_a_long_queue_shows_each_sections_oldest_rows_and_counts_them_all(agent: Agent) -> None:
+    treasury = Group.objects.create(name="treasury")
+    cap_rule_save(line="huge: pay arg=amount max USD 1000.00 -> gate treasury")
+    cap_rule_save(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
+    Gate.objects.filter(name="treasury").update(group=treasury)
+    Gate.objects.filter(name="").update(required_approvals=2)
+    alice, bob = person("alice", "decide_call"), person("bob", "decide_call")
+    mine: list[Call] = []
+    others: list[Call] = []
+    for i in range(QUEUE_SECTION_LIMIT + 3):
+        call = submit(agent, '{"amount": "600.00"}')
+        if i % 5 == 0:
+            approve(call, bob)  # one of two: still alice's to decide
+        mine.append(call)
+        submit(agent, '{"amount": "10.00"}')  # allowed: never in the queue
+        if i % 4 == 0:
+            others.append(submit(agent, '{"amount": "700.00"}', principal="alice"))
+        elif i % 4 == 1:
+            others.append(submit(agent, '{"amount": "1250.00"}'))  # held at treasury as well
+        elif i % 4 == 2:
+            others.append(submit(agent, '{"amount": "200.00"}', tool="wire"))  # treasury only
+        else:
+            others.append(call := submit(agent, '{"amount": "800.00"}'))
+            approve(call, alice)  # waits for a second approver
+    queue = queue_for_user(user=alice)
+
+    assert (queue.mine_count, queue.others_count) == (len(mine), len(others))
+    assert [row.call.pk for row in queue.mine] == [call.pk for call in mine[:QUEUE_SECTION_LIMIT]]
+    assert [row.call.pk for row in queue.others] == [
+        call.pk for call in others[:QUEUE_SECTION_LIMIT]
+    ]
+    # The database's choice is the rule that deciding follows.
+    pending = list(Call.objects.filter(status="pending"))
+    decided = set(Approval.objects.filter(user=alice).values_list("call_id", flat=True))
+    assert {call.pk for call in mine} == decidable_call_ids(user=alice, calls=pending) - decided
+    assert all(row.may_decide and not row.decided_by_me for row in queue.mine)
+    assert [(row.approvals, row.required) for row in queue.mine[:6]] == [
+        (1, 2),
+        *[(0, 2)] * 4,
+        (1, 2),
+    ]
+    assert [row.decided_by_me for row in queue.others] == [
+        i % 4 == 3 for i in range(QUEUE_SECTION_LIMIT)
+    ]
+    assert not any(row.may_decide for row in queue.others)
+
+    page = html_of(browser(alice), "/")
+    assert section_rows(page, "mine") == [str(row.call.pk) for row in queue.mine]
+    assert section_rows(page, "others") == [str(row.call.pk) for row in queue.others]
+    assert f"{QUEUE_SECTION_LIMIT} of {len(mine)} shown, oldest first." in page
+    assert f"{QUEUE_SECTION_LIMIT} of {len(others)} shown, oldest first." in page
+    assert f'<span class="count" id="mine-count">{len(mine)}</span>' in page
+    assert f'<span class="count" id="others-count">{len(others)}</span>' in page
+
+    viewer = queue_for_user(user=person("victor", "view_call"))
+    everything = sorted(mine + others, key=lambda call: call.created_at)
+    assert (viewer.mine_count, viewer.others_count) == (0, len(everything))
+    assert [row.call.pk for row in viewer.others] == [
+        call.pk for call in everything[:QUEUE_SECTION_LIMIT]
+    ]
 
 
 def test_the_queue_for_htmx_is_the_partial_only(agent: Agent) -> None:
