@@ -118,7 +118,9 @@ class _Pushes:
             await self.layer.group_add(self.group, self.channel)
             self.live = True
         except Exception:
-            logger.warning("channel layer unavailable; a long-poll reads the database instead")
+            logger.warning(
+                "channel layer unavailable; a long-poll reads the database instead", exc_info=True
+            )
 
     async def next(
         self, disconnected: asyncio.Future[None], seconds: float

@@ -78,7 +78,7 @@ def server(database_url: str, extra: dict[str, str] | None = None) -> Iterator[s
         cwd=ROOT,
         env=_env(database_url, {"COUNTERSIGN_BENCH": "1", **(extra or {})}),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=None,  # the server's errors show in the bench's own stderr
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -24,6 +24,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ Call.objects.bulk_create(
 )
 print(",".join(str(pk) for pk in Call.objects.values_list("pk", flat=True)))
 """
+DELIVERY_TIMEOUT = 120  # seconds without progress before the bench gives up
 CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 DIGEST = hashlib.sha256(ARGUMENTS.encode()).hexdigest()
 HEADERS = {"Authorization": "Bearer cs_bench"}
@@ -112,6 +114,7 @@ async def _socket_waiter(
             if json.loads(raw)["call"]["status"] == "approved":
                 done[call_id] = time.perf_counter()
                 return
+    raise RuntimeError(f"a socket closed before its decision ({socket.close_code})")
 
 
 async def _poll_waiter(
@@ -123,6 +126,26 @@ async def _poll_waiter(
         if state["status"] == "approved":
             done[call_id] = time.perf_counter()
             return
+
+
+async def _until(condition: Callable[[], bool], failures: list[BaseException]) -> None:
+    """Wait for ``condition``; fail at once if a waiting agent failed (else the bench would
+    wait for ever for an agent that is gone), and after DELIVERY_TIMEOUT seconds."""
+    give_up = time.perf_counter() + DELIVERY_TIMEOUT
+    while not condition():
+        if failures:
+            raise RuntimeError("a waiting agent failed") from failures[0]
+        if time.perf_counter() > give_up:
+            raise TimeoutError(f"no progress in {DELIVERY_TIMEOUT} s")
+        await asyncio.sleep(0.0005)
+
+
+def _note_failure(failures: list[BaseException]) -> Callable[[asyncio.Task[None]], None]:
+    def note(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            failures.append(task.exception())  # type: ignore[arg-type]
+
+    return note
 
 
 async def _run(
@@ -148,7 +171,11 @@ async def _run(
             )
             for i, call_id in enumerate(call_ids)
         ]
-        await asyncio.gather(*(event.wait() for event in ready))
+        failures: list[BaseException] = []
+        for waiter in waiters:
+            waiter.add_done_callback(_note_failure(failures))
+        all_ready = asyncio.ensure_future(asyncio.gather(*(event.wait() for event in ready)))
+        await _until(all_ready.done, failures)
         await asyncio.sleep(1.0)  # let the last long-polls reach the server and park
         parked = _proc_status(_server_pid(port))
         sent: dict[str, float] = {}
@@ -168,9 +195,9 @@ async def _run(
         else:
             for call_id in call_ids:
                 await approve(call_id)
-                while call_id not in done:  # one at a time: the agent has it before the next
-                    await asyncio.sleep(0.0005)
-        await asyncio.wait_for(asyncio.gather(*waiters), timeout=120)
+                # One at a time: the agent has it before the next.
+                await _until(lambda: call_id in done, failures)  # noqa: B023 (awaited here)
+        await asyncio.wait_for(asyncio.gather(*waiters), timeout=DELIVERY_TIMEOUT)
         finished = time.perf_counter()
     latency = {call_id: done[call_id] - sent[call_id] for call_id in call_ids}
 

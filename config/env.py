@@ -11,6 +11,7 @@ import re
 import secrets
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -86,3 +87,33 @@ def secret_key(path: Path) -> str:
     finally:
         os.unlink(draft)
     return path.read_text().strip()
+
+
+REDIS_READ_TIMEOUT = 15  # seconds; more than channels_redis's 5 s blocking pop
+REDIS_CONNECT_TIMEOUT = 2  # seconds
+REDIS_MAX_CONNECTIONS = 1000  # per process
+# Messages waiting per channel key. channels_redis queues every process-local channel of a
+# worker under one key, so its default of 100 silently dropped pushes beyond the 100th when
+# many calls were decided at once (a bulk approval).
+CHANNEL_CAPACITY = 50_000
+
+
+def redis_channel_layer(url: str) -> dict[str, Any]:
+    """The Channels layer on the Redis at ``url``.
+
+    channels_redis waits for messages with a 5 s BZPOPMIN, and redis-py's default read
+    timeout is also 5 s: an idle receive could time out just as Redis answered, and the
+    socket's consumer would die with it. Reads get more than that. redis-py's default pool of
+    100 connections refuses a burst of agents joining their groups at once (seen with 300):
+    the pool gets more room. And see ``CHANNEL_CAPACITY``.
+    """
+    host = {
+        "address": url,
+        "socket_timeout": REDIS_READ_TIMEOUT,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+        "max_connections": REDIS_MAX_CONNECTIONS,
+    }
+    return {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [host], "capacity": CHANNEL_CAPACITY},
+    }

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import dj_database_url
 
-from config.env import env_bool, env_int, env_list, env_rate, env_str, secret_key
+from config.env import (
+    env_bool,
+    env_int,
+    env_list,
+    env_rate,
+    env_str,
+    redis_channel_layer,
+    secret_key,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -107,12 +115,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channels -------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "")
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
-        }
-    }
+    CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
