@@ -23,6 +23,7 @@ from approvals.services.transactions import write_transaction
 logger = logging.getLogger(__name__)
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
+LEDGER_VANISHED = "a ledger was deleted while a call was being checked against it"
 
 
 class IdempotencyConflict(Exception):
@@ -69,7 +70,11 @@ def _ledgers_locked(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerK
     rows = (
         Ledger.objects.select_for_update().filter(match).order_by("rule", "currency", "key_digest")
     )
-    return {wanted[(row.rule, row.currency, row.key_digest)]: row for row in rows}
+    ledgers = {wanted[(row.rule, row.currency, row.key_digest)]: row for row in rows}
+    if len(ledgers) != len(wanted):
+        # A ledger missing here would count as nothing spent: refuse rather than guess.
+        raise Ledger.DoesNotExist(LEDGER_VANISHED)
+    return ledgers
 
 
 def _counter(agent: Agent, budget: capcore.Budget | None, run_id: str, now: datetime) -> RunCounter:

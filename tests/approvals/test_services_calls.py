@@ -9,8 +9,13 @@ import pytest
 from django.db import connection
 
 import capcore
-from approvals.models import Agent, Budget, Call, CapRule, LedgerEntry, RunCounter
-from approvals.services.calls import IdempotencyConflict, Submission, call_submit
+from approvals.models import Agent, Budget, Call, CapRule, Ledger, LedgerEntry, RunCounter
+from approvals.services.calls import (
+    LEDGER_VANISHED,
+    IdempotencyConflict,
+    Submission,
+    call_submit,
+)
 from approvals.services.rules import cap_rule_save
 
 DAILY = "daily: pay arg=amount sum USD 1000.00 per day -> gate"
@@ -48,6 +53,21 @@ def test_call_over_the_sum_is_held_and_records_nothing(agent: Agent) -> None:
     )
     assert not LedgerEntry.objects.filter(call=held).exists()
     assert held.pending_records[0]["minor"] == 25000
+
+
+def test_a_ledger_deleted_while_it_is_locked_refuses_the_call_and_stores_nothing(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its total would otherwise count as nothing spent."""
+    cap_rule_save(line=DAILY)
+    submit(agent, "250.00")  # the ledger exists now
+    # Deleted between the insert-if-missing and the lock.
+    monkeypatch.setattr(Ledger.objects, "bulk_create", lambda *args, **kwargs: None)
+    LedgerEntry.objects.all().delete()
+    Ledger.objects.all().delete()
+    with pytest.raises(Ledger.DoesNotExist, match=LEDGER_VANISHED):
+        submit(agent, "250.00")
+    assert Call.objects.count() == 1
 
 
 def test_not_strict_arguments_are_refused_and_stored(agent: Agent) -> None:
