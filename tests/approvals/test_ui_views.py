@@ -28,6 +28,7 @@ from approvals.templatetags.money import money
 
 XSS = "<img src=x onerror=alert(1)>"
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>", re.IGNORECASE)
+OFF_SITE = re.compile(r"""\b(?:src|href)\s*=\s*["']?(?:[a-z][a-z0-9+.-]*:)?//""", re.IGNORECASE)
 
 
 @pytest.fixture
@@ -397,7 +398,8 @@ def test_every_page_sends_the_strict_policy_and_has_no_inline_script_or_style(
         assert not INLINE_SCRIPT.search(page), url
         assert "<style" not in page
         assert " style=" not in page
-        assert "cdn" not in page.lower()
+        # Nothing loaded from another site (a bare "cdn" test failed on a random CSRF token).
+        assert not OFF_SITE.search(page), url
     assert "script-src 'self';" in POLICY
     assert "frame-ancestors 'none'" in POLICY
 
