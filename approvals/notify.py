@@ -6,7 +6,6 @@ and whoever misses one rebuilds from the database on (re)connect.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -39,13 +38,12 @@ async def _send(groups: list[str], message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    results = await asyncio.gather(
-        *(layer.group_send(group, message) for group in groups), return_exceptions=True
-    )
-    for group, result in zip(groups, results, strict=True):
-        if isinstance(result, Exception):
+    for group in groups:
+        try:
+            await layer.group_send(group, message)
+        except Exception:
             logger.warning(
-                "push to %s failed; waiters fall back to the database", group, exc_info=result
+                "push to %s failed; waiters fall back to the database", group, exc_info=True
             )
 
 
