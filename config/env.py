@@ -89,7 +89,10 @@ def secret_key(path: Path) -> str:
     return path.read_text().strip()
 
 
-REDIS_READ_TIMEOUT = 15  # seconds; more than channels_redis's 5 s blocking pop
+# Seconds: more than channels_redis's 5 s blocking pop, and less than the database pool's 10 s
+# wait, since a push hanging after a commit keeps its thread's connection (15 s starved 200
+# racing submissions on PostgreSQL + Redis).
+REDIS_READ_TIMEOUT = 7
 REDIS_CONNECT_TIMEOUT = 2  # seconds
 REDIS_MAX_CONNECTIONS = 1000  # per process
 # Messages waiting per channel key. channels_redis queues every process-local channel of a
