@@ -129,16 +129,34 @@ def ledger_spent(*, ledger: Ledger, window: capcore.Window | None, now: datetime
     Entries stamped after ``now`` count too: they can only come from a worker whose clock is
     ahead, and leaving them out would let calls through past the limit.
     """
-    start, inclusive = capcore.window_bounds(window, now)
-    entries = LedgerEntry.objects.filter(ledger=ledger, voided_at__isnull=True)
-    if start is not None:
-        entries = (
-            entries.filter(recorded_at__gte=start)
-            if inclusive
-            else entries.filter(recorded_at__gt=start)
-        )
+    entries = LedgerEntry.objects.filter(
+        _recorded_within(window, now), ledger=ledger, voided_at__isnull=True
+    )
     total = entries.aggregate(total=Sum("minor"))["total"]
     return int(total or 0)
+
+
+def _recorded_within(window: capcore.Window | None, now: datetime) -> Q:
+    """Ledger entries recorded within ``window`` ending at ``now`` (all of them for none)."""
+    start, inclusive = capcore.window_bounds(window, now)
+    if start is None:
+        return Q()
+    return Q(recorded_at__gte=start) if inclusive else Q(recorded_at__gt=start)
+
+
+LedgerIdentity = tuple[str, str, str]  # a Ledger row's rule, currency and key digest
+
+
+def ledger_identities(
+    keys: Iterable[capcore.LedgerKey],
+) -> tuple[dict[LedgerIdentity, capcore.LedgerKey], Q]:
+    """The keys by their rows' identity, and a filter for those rows (an unkeyed ledger is
+    stored with an empty digest)."""
+    by_identity = {(key.rule, key.currency, key.key_digest or ""): key for key in keys}
+    named = Q()
+    for rule, currency, key_digest in by_identity:
+        named |= Q(rule=rule, currency=currency, key_digest=key_digest)
+    return by_identity, named
 
 
 FINAL_STATUSES = frozenset({"allowed", "refused", "approved", "denied", "expired", "cancelled"})
@@ -361,10 +379,7 @@ def _ledgers_spent(
     }
     if not windows:
         return {}
-    by_identity = {(key.rule, key.currency, key.key_digest or ""): key for key in windows}
-    named = Q()
-    for rule, currency, digest in by_identity:
-        named |= Q(rule=rule, currency=currency, key_digest=digest)
+    by_identity, named = ledger_identities(windows)
     keys = {
         pk: by_identity[(rule, currency, digest)]
         for pk, rule, currency, digest in Ledger.objects.filter(named).values_list(
@@ -375,13 +390,7 @@ def _ledgers_spent(
         return {}
     within = Q()
     for pk, key in keys.items():
-        start, inclusive = capcore.window_bounds(windows[key], now)
-        if start is None:
-            within |= Q(ledger_id=pk)
-        elif inclusive:
-            within |= Q(ledger_id=pk, recorded_at__gte=start)
-        else:
-            within |= Q(ledger_id=pk, recorded_at__gt=start)
+        within |= Q(ledger_id=pk) & _recorded_within(windows[key], now)
     totals = (
         LedgerEntry.objects.filter(within, voided_at__isnull=True)
         .values("ledger_id")

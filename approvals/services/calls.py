@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 import capcore
@@ -62,13 +62,10 @@ def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, 
 
 
 def _ledgers_locked(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
-    wanted = {(k.rule, k.currency, k.key_digest or ""): k for k in keys}
-    match = Q()
-    for rule, currency, key_digest in wanted:
-        match |= Q(rule=rule, currency=currency, key_digest=key_digest)
+    wanted, named = selectors.ledger_identities(keys)
     # PostgreSQL locks the rows as the sort emits them: always in this order.
     rows = (
-        Ledger.objects.select_for_update().filter(match).order_by("rule", "currency", "key_digest")
+        Ledger.objects.select_for_update().filter(named).order_by("rule", "currency", "key_digest")
     )
     ledgers = {wanted[(row.rule, row.currency, row.key_digest)]: row for row in rows}
     if len(ledgers) != len(wanted):

@@ -14,16 +14,9 @@ from django.test import Client
 from approvals.api import LIMITER_UNAVAILABLE
 from approvals.models import Agent, AgentToken, Call
 from approvals.ratelimit import LimiterUnavailable, LocalLimiter, RedisLimiter
+from tests.local_redis import requires_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
-
-
-def _redis_up() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
 
 
 def test_the_local_window_allows_n_then_says_how_long_to_wait() -> None:
@@ -48,7 +41,7 @@ def test_the_window_slides(monkeypatch: pytest.MonkeyPatch) -> None:
     assert limiter.hit("a") is not None
 
 
-@pytest.mark.skipif(not _redis_up(), reason="Redis is not reachable on 127.0.0.1:6379")
+@requires_redis
 def test_redis_counts_across_workers() -> None:
     key = f"test-{uuid.uuid4().hex}"
     first, second = RedisLimiter(REDIS_URL, 3, 60), RedisLimiter(REDIS_URL, 3, 60)

@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 
 import pytest
 from channels_redis.core import RedisChannelLayer
 
 from config.env import redis_channel_layer
+from tests.local_redis import requires_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/6"
 BURST = 300  # agents joining their groups at once: more than redis-py's default pool of 100
 
 
-def _redis_up() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")
+pytestmark = requires_redis
 
 
 def _layer() -> RedisChannelLayer:

@@ -3,7 +3,7 @@ decision made on one worker reaches agents waiting on the other, and the ledgers
 racing submissions are split across both (the race also on SQLite, whose file lock spans
 processes).
 
-The browser queue across workers is checked by the browser tests (tests/browser/).
+The browser queue across workers is checked in Chromium (tests/browser/test_two_workers.py).
 """
 
 from __future__ import annotations
