@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import HttpCommunicator
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
@@ -35,6 +34,7 @@ from approvals.models import (
 from approvals.services.decisions import DEFAULT_DENY_COMMENT, call_decide
 from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT, calls_expire_due
 from approvals.services.rules import budget_save, cap_rule_save
+from tests.asgi import asgi_response
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -1483,19 +1483,17 @@ async def test_a_body_over_the_limit_is_413_and_creates_no_call(settings: Any) -
     settings.COUNTERSIGN_MAX_BODY = 1024
     await sync_to_async(_asgi_agent)()
     at_limit = _padded_body(1024)
-    ok = await HttpCommunicator(
+    ok = await asgi_response(
         application, "POST", CALLS, body=at_limit, headers=_asgi_headers(len(at_limit))
-    ).get_response(timeout=10)
+    )
     assert ok["status"] == 201, ok["body"]
     over = _padded_body(1025)
-    response = await HttpCommunicator(
+    response = await asgi_response(
         application, "POST", CALLS, body=over, headers=_asgi_headers(len(over))
-    ).get_response(timeout=10)
+    )
     _assert_413(response)
     # A content-length that lies low does not help: the bytes are counted too.
-    response = await HttpCommunicator(
-        application, "POST", CALLS, body=over, headers=_asgi_headers(10)
-    ).get_response(timeout=10)
+    response = await asgi_response(application, "POST", CALLS, body=over, headers=_asgi_headers(10))
     _assert_413(response)
     assert await _count_calls() == 1
 
@@ -1528,9 +1526,7 @@ async def test_a_chunked_body_over_the_limit_is_413(settings: Any) -> None:
     _assert_413(response)
     assert response["read"] == 3  # refused at the chunk that passed the limit
     # One chunk without content-length, as HttpCommunicator sends it.
-    single = await HttpCommunicator(
-        application, "POST", CALLS, body=body, headers=_asgi_headers(None)
-    ).get_response(timeout=10)
+    single = await asgi_response(application, "POST", CALLS, body=body, headers=_asgi_headers(None))
     _assert_413(single)
     assert await _count_calls() == 0
 

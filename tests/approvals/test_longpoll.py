@@ -19,6 +19,7 @@ from approvals.services.calls import Submission, call_submit
 from approvals.services.decisions import call_decide
 from approvals.services.rules import cap_rule_save
 from config.asgi import application
+from tests.asgi import finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 TOKEN = "cs_longpoll-test-token"
@@ -64,7 +65,7 @@ def _wait(
 
 
 async def _answer(communicator: HttpCommunicator, timeout: float = 5) -> tuple[int, dict[str, Any]]:
-    response = await communicator.get_response(timeout=timeout)
+    response = await finished(communicator, timeout)
     return response["status"], json.loads(response["body"])
 
 
@@ -133,7 +134,7 @@ async def test_a_bad_timeout_is_400(query: str) -> None:
 
 async def test_without_a_token_it_is_401_with_the_challenge() -> None:
     call = await sync_to_async(_held_call)()
-    response = await _wait(call.pk, token="").get_response(timeout=1)
+    response = await finished(_wait(call.pk, token=""), timeout=1)
     assert response["status"] == 401
     assert (b"www-authenticate", b"Bearer") in response["headers"]
 

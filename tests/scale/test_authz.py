@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import HttpCommunicator, WebsocketCommunicator
+from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 from websockets.exceptions import ConnectionClosed
@@ -27,6 +27,7 @@ from approvals.models import AgentToken, AuditEntry, Call
 from approvals.services.agents import agent_token_issue
 from approvals.services.rules import cap_rule_save
 from config.asgi import application
+from tests.asgi import asgi_response
 from tests.live import Approver
 from tests.scale.servers import APPROVER, PASSWORD, agent_create, bearer, workers
 
@@ -216,12 +217,13 @@ async def test_guessed_tokens_open_neither_the_long_poll_nor_the_sockets() -> No
     real, call_id = await database_sync_to_async(setup)()
     guesses = _guesses(real, 100)
     for guess in guesses:
-        answer = await HttpCommunicator(
+        answer = await asgi_response(
             application,
             "GET",
             f"/api/v1/calls/{call_id}/wait?timeout=0",
             headers=[(b"authorization", f"Bearer {guess}".encode())],
-        ).get_response(timeout=5)
+            timeout=5,
+        )
         assert answer["status"] == 401, guess
         assert (b"www-authenticate", b"Bearer") in answer["headers"]
     for path in (f"/ws/v1/calls/{call_id}", "/ws/v1/agent"):

@@ -1,0 +1,33 @@
+"""One HTTP request to an ASGI application in this process, answered and finished."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.testing import HttpCommunicator
+
+
+async def finished(communicator: HttpCommunicator, timeout: float) -> dict[str, Any]:
+    """The response, once the application has returned.
+
+    Django gives the request's database connection back only after the response is sent
+    (``request_finished``). A communicator dropped as soon as its response arrives cancels
+    the application before that, and on PostgreSQL the connection stays checked out of the
+    process's pool for good: enough such tests exhausted the pool for the rest of the run.
+    """
+    response: dict[str, Any] = await communicator.get_response(timeout=timeout)
+    await communicator.wait(timeout=timeout)
+    return response
+
+
+async def asgi_response(
+    application: Any,
+    method: str,
+    path: str,
+    *,
+    body: bytes = b"",
+    headers: list[tuple[bytes, bytes]] | None = None,
+    timeout: float = 10,
+) -> dict[str, Any]:
+    communicator = HttpCommunicator(application, method, path, body=body, headers=headers)
+    return await finished(communicator, timeout)
