@@ -15,9 +15,9 @@ async def finished(communicator: HttpCommunicator, timeout: float) -> dict[str, 
     the application before that, and on PostgreSQL the connection stays checked out of the
     process's pool for good: enough such tests exhausted the pool for the rest of the run.
     """
-    response: dict[str, Any] = await communicator.get_response(timeout=timeout)
+    response = await communicator.get_response(timeout=timeout)
     await communicator.wait(timeout=timeout)
-    return response
+    return dict(response)
 
 
 async def asgi_response(
