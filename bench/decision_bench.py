@@ -57,6 +57,7 @@ Call.objects.bulk_create(
 )
 print(",".join(str(pk) for pk in Call.objects.values_list("pk", flat=True)))
 """
+APPROVER_CONNECTIONS = 32  # a bulk approval's requests in flight at once
 DELIVERY_TIMEOUT = 120  # seconds without progress before the bench gives up
 CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 DIGEST = hashlib.sha256(ARGUMENTS.encode()).hexdigest()
@@ -117,12 +118,36 @@ async def _socket_waiter(
     raise RuntimeError(f"a socket closed before its decision ({socket.close_code})")
 
 
+async def _long_poll(host: str, port: int, call_id: str) -> dict[str, Any]:
+    """One ``GET /wait`` on a connection of its own, with asyncio's streams. (httpx's pool
+    looks through its connections for every request: with thousands parked at once, the
+    bench's own process, not the server, was what ran out of CPU.) HTTP/1.0, so the answer
+    ends where the server closes the connection."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(
+            f"GET /api/v1/calls/{call_id}/wait?timeout=60 HTTP/1.0\r\n"
+            f"Host: {host}:{port}\r\nAuthorization: {HEADERS['Authorization']}\r\n\r\n".encode()
+        )
+        await writer.drain()
+        answer = await reader.read()
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = head.split(b" ", 2)[1] if head else b"none"
+    if status != b"200":
+        raise RuntimeError(f"a long-poll was answered {status.decode(errors='replace')}")
+    state: dict[str, Any] = json.loads(body)
+    return state
+
+
 async def _poll_waiter(
-    http: httpx.AsyncClient, call_id: str, ready: asyncio.Event, done: dict[str, float]
+    url: str, call_id: str, ready: asyncio.Event, done: dict[str, float]
 ) -> None:
+    address = httpx.URL(url)
     ready.set()
     while True:
-        state = (await http.get(f"/api/v1/calls/{call_id}/wait?timeout=60")).json()
+        state = await _long_poll(address.host, address.port or 80, call_id)
         if state["status"] == "approved":
             done[call_id] = time.perf_counter()
             return
@@ -152,12 +177,14 @@ async def _run(
     url: str, decide_url: str, call_ids: list[str], mode: str, port: int
 ) -> dict[str, Any]:
     ws_url = url.replace("http://", "ws://")
-    limits = httpx.Limits(
-        max_connections=len(call_ids) + 10, max_keepalive_connections=len(call_ids) + 10
-    )
     async with (
-        httpx.AsyncClient(base_url=url, headers=HEADERS, limits=limits, timeout=120) as agents,
-        httpx.AsyncClient(base_url=decide_url, timeout=60) as approver,
+        # A bulk approval queues thousands of requests on the approver's connections: they
+        # may wait there as long as it takes (the pool timeout is off), each answer 60 s.
+        httpx.AsyncClient(
+            base_url=decide_url,
+            timeout=httpx.Timeout(60, pool=None),
+            limits=httpx.Limits(max_connections=APPROVER_CONNECTIONS),
+        ) as approver,
     ):
         csrf = await _login(approver)
         done: dict[str, float] = {}
@@ -167,7 +194,7 @@ async def _run(
             asyncio.create_task(
                 _socket_waiter(ws_url, call_id, ready[i], done)
                 if call_id in sockets
-                else _poll_waiter(agents, call_id, ready[i], done)
+                else _poll_waiter(url, call_id, ready[i], done)
             )
             for i, call_id in enumerate(call_ids)
         ]
@@ -180,14 +207,32 @@ async def _run(
         parked = _proc_status(_server_pid(port))
         sent: dict[str, float] = {}
 
+        retried: list[str] = []
+
         async def approve(call_id: str) -> None:
             sent[call_id] = time.perf_counter()
-            answer = await approver.post(
-                f"/calls/{call_id}/approve",
-                data={"csrfmiddlewaretoken": csrf, "arguments_sha256": DIGEST, "comment": ""},
-                headers={"Referer": f"{decide_url}/calls/{call_id}/"},
-            )
-            assert answer.status_code == 303, answer.status_code
+            for attempt in range(2):
+                try:
+                    answer = await approver.post(
+                        f"/calls/{call_id}/approve",
+                        data={
+                            "csrfmiddlewaretoken": csrf,
+                            "arguments_sha256": DIGEST,
+                            "comment": "",
+                        },
+                        headers={"Referer": f"{decide_url}/calls/{call_id}/"},
+                    )
+                except httpx.TransportError:
+                    # A kept-alive connection the server had just closed: send it once more,
+                    # and count it. On the retry, 409 means the first attempt was recorded.
+                    if attempt:
+                        raise
+                    retried.append(call_id)
+                    continue
+                assert answer.status_code == 303 or (attempt and answer.status_code == 409), (
+                    answer.status_code
+                )
+                return
 
         began = time.perf_counter()
         if mode == "bulk":
@@ -212,6 +257,7 @@ async def _run(
     return {
         "while_waiting": parked,
         "all_delivered_s": finished - began,
+        "approvals_resent": len(retried),
         "websocket": summary([i for i in call_ids if i in sockets]),
         "long_poll": summary([i for i in call_ids if i not in sockets]),
         "after": _proc_status(_server_pid(port)),
