@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+LISTEN_BACKLOG = 4096  # Linux caps it at net.core.somaxconn (4096 here)
+WEBSOCKET_CONNECT_TIMEOUT = 60  # seconds
 
 
 def free_port() -> int:
@@ -69,10 +71,14 @@ def server(database_url: str, extra: dict[str, str] | None = None) -> Iterator[s
             sys.executable,
             "-m",
             "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
+            # Twisted listens with a backlog of 50 by default: thousands of agents connecting
+            # at once overflow it, their SYNs are dropped and retried after 1, 3, 7, 15 s…
+            "-e",
+            f"tcp:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}",
+            # daphne drops a WebSocket not accepted within 5 s, which a burst of thousands
+            # of handshakes on one event loop can exceed. docs/deploy.md says the same.
+            "--websocket_connect_timeout",
+            str(WEBSOCKET_CONNECT_TIMEOUT),
             "config.asgi:application",
         ],
         cwd=ROOT,

@@ -178,11 +178,9 @@ async def _run(
 ) -> dict[str, Any]:
     ws_url = url.replace("http://", "ws://")
     async with (
-        # A bulk approval queues thousands of requests on the approver's connections: they
-        # may wait there as long as it takes (the pool timeout is off), each answer 60 s.
         httpx.AsyncClient(
             base_url=decide_url,
-            timeout=httpx.Timeout(60, pool=None),
+            timeout=60,
             limits=httpx.Limits(max_connections=APPROVER_CONNECTIONS),
         ) as approver,
     ):
@@ -208,8 +206,15 @@ async def _run(
         sent: dict[str, float] = {}
 
         retried: list[str] = []
+        # A bulk approval's requests wait their turn here, not in httpx's pool, which looks
+        # through every queued request each time a connection frees up.
+        in_flight = asyncio.Semaphore(APPROVER_CONNECTIONS)
 
         async def approve(call_id: str) -> None:
+            async with in_flight:
+                await _approve_once(call_id)
+
+        async def _approve_once(call_id: str) -> None:
             sent[call_id] = time.perf_counter()
             for attempt in range(2):
                 try:

@@ -12,15 +12,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_http = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.conf import settings  # noqa: E402
 
 from approvals.longpoll import WAIT_PATH, wait_app  # noqa: E402
 from approvals.middleware import BodyLimit, Receive, Scope, Send  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
 from approvals.sweeper import ensure_sweeper_started  # noqa: E402
-from config.sqlite_keeper import hold_open  # noqa: E402
-
-hold_open(settings.DATABASES["default"])
 
 
 async def http(scope: Scope, receive: Receive, send: Send) -> None:

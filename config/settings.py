@@ -88,6 +88,8 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend, with connections reused from request to request (see its docstring).
+    DATABASES["default"]["ENGINE"] = "config.sqlite_pooled"
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {
         # IMMEDIATE takes the write lock at BEGIN, so a check-then-record transaction cannot
@@ -117,7 +119,7 @@ REDIS_URL = env_str("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "config.layers.ThrottledInMemoryChannelLayer"}}
 
 # --- Security -------------------------------------------------------------------------------
 COUNTERSIGN_HTTPS = env_bool("COUNTERSIGN_HTTPS", False)

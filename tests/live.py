@@ -38,7 +38,7 @@ def free_port() -> int:
 def _database_url() -> str:
     """The URL of the database the tests are using right now (the test database)."""
     db = connection.settings_dict
-    if db["ENGINE"] == "django.db.backends.sqlite3":
+    if connection.vendor == "sqlite":
         return f"sqlite:///{db['NAME']}"
     port = f":{db['PORT']}" if db.get("PORT") else ""
     user = db.get("USER") or "postgres"

@@ -12,16 +12,35 @@ from django.db import connection, transaction
 # retries (1 ms, 2 ms, … up to 100 ms between tries): with 32 concurrent submissions most of
 # them sleep while the lock is free, and throughput falls. Threads of one process take turns
 # here first and are handed the turn at once; other processes still meet the busy timeout.
-# Re-entrant: a service may run inside another's transaction.
-_sqlite_writers = threading.RLock()
+_sqlite_writers = threading.Lock()
 
 
 @contextmanager
 def write_transaction() -> Iterator[None]:
-    """``transaction.atomic()``; on SQLite, entered one thread of this process at a time."""
-    if connection.vendor != "sqlite":
+    """``transaction.atomic()``; on SQLite, entered one thread of this process at a time.
+
+    The turn ends as the transaction commits, before the commit's hooks run: those send the
+    pushes (``approvals.notify``), a hop to the event loop that the next writer need not
+    wait for. Inside another transaction there is no turn to take: the outer one holds it,
+    or (a plain ``atomic``) already holds SQLite's write lock.
+    """
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
         with transaction.atomic():
             yield
         return
-    with _sqlite_writers, transaction.atomic():
-        yield
+    _sqlite_writers.acquire()
+    held = True
+
+    def end_turn() -> None:
+        nonlocal held
+        if held:
+            held = False
+            _sqlite_writers.release()
+
+    try:
+        with transaction.atomic():
+            # Registered first, so it runs first of the commit's hooks.
+            transaction.on_commit(end_turn)
+            yield
+    finally:
+        end_turn()  # a rollback, or a failed commit, runs no hooks
