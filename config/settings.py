@@ -80,7 +80,8 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------------
 # No persistent connections under ASGI: each request runs in its own thread, so a kept
-# connection would be one per thread. PostgreSQL gets psycopg's pool instead.
+# connection would be one per thread. PostgreSQL gets psycopg's pool instead, and SQLite a
+# pool of its own (config/sqlite_pooled).
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
@@ -88,7 +89,6 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Django's backend, with connections reused from request to request (see its docstring).
     DATABASES["default"]["ENGINE"] = "config.sqlite_pooled"
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {
