@@ -8,6 +8,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -21,14 +22,28 @@ TOKEN = "cs_race-test-token"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_pool(transactional_db: None) -> None:
-    """On PostgreSQL the race starts from a new connection pool. The pool is the test
-    process's, shared with every test that ran before; a connection some earlier test left
-    checked out (seen in CI, not yet traced) would count against the 20 that 200 racing
-    requests need, and the race would time out on the pool instead of testing the ledger."""
-    if connection.vendor == "postgresql":
-        connection.close()
-        connection.close_pool()  # type: ignore[attr-defined]
+def _ready_for_200(transactional_db: None, settings: Any) -> None:
+    """What the races test is the ledger under 200 requests at once, so:
+
+    - on PostgreSQL they start from a new connection pool that has already grown to its
+      size. The pool is the test process's: connections an earlier test left checked out,
+      and a pool that grows one connection at a time while 200 threads wait, both made the
+      race time out on the pool in CI instead of testing the ledger;
+    - their pushes go to the in-memory layer. With Redis, each push from a plain thread
+      runs on a new event loop of its own (``async_to_sync``), and 200 of them at once kept
+      their requests, and so their database connections, waiting on Redis.
+    """
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    if connection.vendor != "postgresql":
+        return
+    connection.close()
+    connection.close_pool()  # type: ignore[attr-defined]
+    connection.ensure_connection()  # Django opens the new pool on the first connect
+    connection.close()
+    pool = connection.pool  # type: ignore[attr-defined]
+    held = [pool.getconn(timeout=60) for _ in range(pool.max_size)]
+    for psycopg_connection in held:
+        pool.putconn(psycopg_connection)
 
 
 def _agent() -> None:
