@@ -6,6 +6,11 @@ from typing import Any
 
 from channels.testing import HttpCommunicator
 
+# How long a test waits for an answer or message that should come at once. Generous on
+# purpose: it costs nothing when the message comes, and a loaded CI machine (two cores, two
+# test processes' worth of PostgreSQL) can stall a first render past a second.
+PROMPTLY = 10.0
+
 
 async def finished(communicator: HttpCommunicator, timeout: float) -> dict[str, Any]:
     """The response, once the application has returned.
@@ -27,7 +32,7 @@ async def asgi_response(
     *,
     body: bytes = b"",
     headers: list[tuple[bytes, bytes]] | None = None,
-    timeout: float = 10,
+    timeout: float = PROMPTLY,
 ) -> dict[str, Any]:
     communicator = HttpCommunicator(application, method, path, body=body, headers=headers)
     return await finished(communicator, timeout)

@@ -22,6 +22,7 @@ from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import calls_expire_due
 from approvals.services.rules import cap_rule_save
 from config.asgi import application
+from tests.asgi import PROMPTLY
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -98,13 +99,13 @@ async def opened(path: str, cookie: str | None) -> WebsocketCommunicator:
 
 async def text(communicator: WebsocketCommunicator) -> str:
     """The next message: HTML, as text."""
-    message = await communicator.receive_from(1)
+    message = await communicator.receive_from(PROMPTLY)
     assert isinstance(message, str)
     return message
 
 
 async def assert_closed(communicator: WebsocketCommunicator, code: int) -> None:
-    assert await communicator.receive_output(1) == {"type": "websocket.close", "code": code}
+    assert await communicator.receive_output(PROMPTLY) == {"type": "websocket.close", "code": code}
     await communicator.disconnect(code)
 
 
