@@ -131,6 +131,19 @@ class PermissionRule(models.Model):
         return f"{self.decision} {self.pattern}"
 
 
+class PolicyStamp(models.Model):
+    """One row whose ``stamp`` database triggers set to a new random value whenever a table
+    the verdicts depend on changes (cap rules, permission rules, tool classes, budgets),
+    whatever made the change: a service, admin, a bulk update, raw SQL, another process.
+    Processes keep the policies they read under the stamp they read with them
+    (``approvals.policies``). Triggers, not ``save()``: no path can miss them."""
+
+    stamp = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"policy stamp {self.stamp}"
+
+
 class Budget(models.Model):
     """Run ceilings for one agent, or the default for all (``agent`` empty)."""
 

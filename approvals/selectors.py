@@ -36,14 +36,11 @@ from approvals.models import (
     Agent,
     Approval,
     AuditEntry,
-    Budget,
     Call,
     CapRule,
     Gate,
     Ledger,
     LedgerEntry,
-    PermissionRule,
-    ToolClass,
 )
 
 if TYPE_CHECKING:
@@ -57,70 +54,6 @@ def stored_rule(line: str) -> capcore.Rule | None:
         return capcore.parse_rule(line)
     except capcore.RuleError:
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class AgentPolicy:
-    cap_rules: tuple[capcore.Rule, ...]
-    cap_rules_unreadable: bool
-    windows: dict[str, capcore.Window | None]  # by casefolded rule name
-    permission_rules: tuple[capcore.PermissionRule, ...]
-    tool_class_pins: tuple[capcore.ToolClassPin, ...]
-    budget: capcore.Budget | None
-
-
-def _budget(row: Budget | None) -> capcore.Budget | None:
-    if row is None:
-        return None
-    action = capcore.Action(capcore.ActionKind(row.action), row.gate)
-    return capcore.Budget(
-        max_calls=row.max_calls,
-        max_tokens=row.max_tokens,
-        max_cost=row.max_cost,
-        cost_currency=row.cost_currency or None,
-        max_duration=row.max_duration,
-        scope=capcore.BudgetScope(row.scope),
-        action=action,
-    )
-
-
-def policy_for_agent(*, agent: Agent) -> AgentPolicy:
-    """Everything the verdict on this agent's next call depends on."""
-    parsed = [
-        stored_rule(line)
-        for line in CapRule.objects.filter(enabled=True).values_list("line", flat=True)
-    ]
-    rules = tuple(rule for rule in parsed if rule is not None)
-    permission_rules = tuple(
-        capcore.PermissionRule(
-            id=row.pk,
-            pattern=row.pattern,
-            decision=capcore.Decision(row.decision),
-            run_id=row.run_id,
-            expires_at=row.expires_at,
-        )
-        for row in PermissionRule.objects.filter(Q(agent=agent) | Q(agent__isnull=True)).order_by(
-            "pk"
-        )
-    )
-    pins = tuple(
-        capcore.ToolClassPin(pattern, capcore.ToolClass(tool_class))
-        for pattern, tool_class in ToolClass.objects.values_list("pattern", "tool_class")
-    )
-    # The agent's own budget, else the default (NULL agent sorts last).
-    budget = (
-        Budget.objects.filter(Q(agent=agent) | Q(agent__isnull=True))
-        .order_by(F("agent").asc(nulls_last=True), "pk")
-        .first()
-    )
-    return AgentPolicy(
-        cap_rules=rules,
-        cap_rules_unreadable=len(rules) != len(parsed),
-        windows={rule.name.casefold(): rule.window for rule in rules},
-        permission_rules=permission_rules,
-        tool_class_pins=pins,
-        budget=_budget(budget),
-    )
 
 
 def ledger_spent(*, ledger: Ledger, window: capcore.Window | None, now: datetime) -> int:

@@ -15,7 +15,7 @@ from django.db.models import F
 from django.utils import timezone
 
 import capcore
-from approvals import selectors
+from approvals import policies, selectors
 from approvals.models import Agent, AuditEntry, Call, Gate, Ledger, LedgerEntry, RunCost, RunCounter
 from approvals.notify import notify_call
 from approvals.services.transactions import write_transaction
@@ -177,7 +177,7 @@ def _forget_stale_key(agent: Agent, submission: Submission, now: datetime) -> No
 
 
 def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
-    policy = selectors.policy_for_agent(agent=agent)
+    policy = policies.policy_for_agent(agent=agent)
     request = capcore.CallRequest(
         tool=submission.tool,
         arguments_text=submission.arguments,
