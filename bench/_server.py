@@ -13,7 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import dj_database_url
 import httpx
+import psycopg
+from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 LISTEN_BACKLOG = 4096  # Linux caps it at net.core.somaxconn (4096 here)
@@ -49,11 +52,33 @@ def manage(database_url: str, *args: str, extra: dict[str, str] | None = None) -
     return done.stdout
 
 
+def _create_postgresql_database(url: str) -> None:
+    """Create the URL's PostgreSQL database if it is not there (a fresh machine has none)."""
+    settings = dj_database_url.parse(url)
+    if settings["ENGINE"] != "django.db.backends.postgresql":
+        return
+    with psycopg.connect(
+        host=settings["HOST"],
+        port=settings["PORT"] or 5432,
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        dbname="postgres",
+        autocommit=True,
+    ) as maintenance:
+        name = settings["NAME"]
+        if maintenance.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            return
+        maintenance.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
 @contextmanager
 def database(url: str | None) -> Iterator[str]:
-    """A migrated, empty database: a temporary SQLite file, or the given URL flushed."""
+    """A migrated, empty database: a temporary SQLite file, or the given URL flushed (and
+    created first if it is a PostgreSQL database that does not exist)."""
     with tempfile.TemporaryDirectory() as folder:
         database_url = url or f"sqlite:///{folder}/bench.sqlite3"
+        if url:
+            _create_postgresql_database(url)
         manage(database_url, "migrate", "--noinput", "-v0")
         manage(database_url, "collectstatic", "--noinput", "-v0")  # the pages need the manifest
         if url:
