@@ -79,9 +79,9 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------------------------
-# No persistent connections under ASGI: each request runs in its own thread, so a kept
-# connection would be one per thread. PostgreSQL gets psycopg's pool instead, and SQLite a
-# pool of its own (config/sqlite_pooled).
+# No persistent connections under ASGI: sockets, long-polls and the sweep read from threads
+# of their own besides the request threads, so a kept connection would be one per thread.
+# PostgreSQL gets psycopg's pool instead, and SQLite a pool of its own (config/sqlite_pooled).
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
@@ -153,6 +153,17 @@ USE_TZ = True
 COUNTERSIGN_HOLD_TIMEOUT = env_int("COUNTERSIGN_HOLD_TIMEOUT", 3600, minimum=1, maximum=31_536_000)
 COUNTERSIGN_MAX_WAIT = env_int("COUNTERSIGN_MAX_WAIT", 60, minimum=0, maximum=3600)
 COUNTERSIGN_MAX_BODY = env_int("COUNTERSIGN_MAX_BODY", 1_048_576, minimum=1024, maximum=1 << 30)
+# Threads of a server process that run requests' synchronous code (views, the ORM), one
+# request at a time each (config/handler.py); waiting agents hold none. SQLite has one writer
+# at a time, and one thread spares the GIL contention of several; PostgreSQL's round trips
+# leave the GIL free for others. At most 16, to leave room in PostgreSQL's pool of 20 for
+# the sockets, long-polls and the sweep.
+COUNTERSIGN_REQUEST_THREADS = env_int(
+    "COUNTERSIGN_REQUEST_THREADS",
+    1 if DATABASES["default"]["ENGINE"] == "config.sqlite_pooled" else 4,
+    minimum=1,
+    maximum=16,
+)
 COUNTERSIGN_RATE_LIMIT = env_rate("COUNTERSIGN_RATE_LIMIT", "600/m")
 # Adds /bench/bare, the bare async endpoint bench/ compares the agent API with.
 COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False)
