@@ -131,6 +131,24 @@ def server(database_url: str, extra: dict[str, str] | None = None) -> Iterator[s
             process.kill()
 
 
+def server_pid(port: int) -> int | None:
+    """The daphne process listening on ``port`` (a child of this process's own)."""
+    for status in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            command = status.read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"daphne" in command and f"tcp:port={port}:".encode() in command:
+            return int(status.parent.name)
+    return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]

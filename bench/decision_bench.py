@@ -33,7 +33,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import database, manage, percentile, server
+from _server import database, manage, percentile, server, server_pid
 
 ARGUMENTS = '{"amount": "600.00"}'
 SETUP = """
@@ -63,17 +63,6 @@ DELIVERY_TIMEOUT = 120  # seconds without progress before the bench gives up
 CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 DIGEST = hashlib.sha256(ARGUMENTS.encode()).hexdigest()
 HEADERS = {"Authorization": "Bearer cs_bench"}
-
-
-def _server_pid(port: int) -> int | None:
-    for status in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            command = status.read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if b"daphne" in command and f"tcp:port={port}:".encode() in command:
-            return int(status.parent.name)
-    return None
 
 
 def _proc_status(pid: int | None) -> dict[str, int]:
@@ -216,7 +205,7 @@ async def _run(
         all_ready = asyncio.ensure_future(asyncio.gather(*(event.wait() for event in ready)))
         await _until(all_ready.done, failures)
         await asyncio.sleep(1.0)  # let the last long-polls reach the server and park
-        parked = _proc_status(_server_pid(port))
+        parked = _proc_status(server_pid(port))
         sent: dict[str, float] = {}
 
         retried: list[str] = []
@@ -280,7 +269,7 @@ async def _run(
         "sockets_reopened": len(dropped),
         "websocket": summary([i for i in call_ids if i in sockets]),
         "long_poll": summary([i for i in call_ids if i not in sockets]),
-        "after": _proc_status(_server_pid(port)),
+        "after": _proc_status(server_pid(port)),
     }
 
 

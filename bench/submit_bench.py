@@ -2,7 +2,8 @@
 endpoint on the same server and settings, side by side in one run; prints one JSON object.
 
 The allow path: 10 cap rules of which 2 apply to the tool (one `max`, one `sum` ledger per
-principal per day), an agent whose mode lets caps decide.
+principal per day), an agent whose mode lets caps decide. Besides throughput and latency,
+each side reports the server process's CPU time per request, and their ratio.
 
 Usage: python bench/submit_bench.py [--clients 32] [--seconds 5] [--rounds 3] [--database-url URL]
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import database, manage, percentile, server
+from _server import cpu_seconds, database, manage, percentile, server, server_pid
 
 SETUP = """
 import hashlib
@@ -38,6 +39,11 @@ BODY = json.dumps({"tool": "pay", "arguments": '{"amount": "12.50", "payee": "ad
 
 
 async def _load(url: str, path: str, clients: int, seconds: float) -> dict[str, float]:
+    """Requests for ``seconds`` from ``clients`` at once; with the server's CPU time per
+    request, which the machine's noise moves less than the throughput."""
+    pid = server_pid(int(url.rsplit(":", 1)[1]))
+    assert pid is not None
+    cpu_before = cpu_seconds(pid)
     latencies: list[float] = []
     failures = 0
     stop = time.perf_counter() + seconds
@@ -63,6 +69,7 @@ async def _load(url: str, path: str, clients: int, seconds: float) -> dict[str, 
         "per_second": len(latencies) / elapsed,
         "p50_ms": percentile(latencies, 0.50) * 1e3,
         "p99_ms": percentile(latencies, 0.99) * 1e3,
+        "server_cpu_ms_per_request": (cpu_seconds(pid) - cpu_before) / len(latencies) * 1e3,
     }
 
 
@@ -99,6 +106,8 @@ def main() -> None:
         "bare": bare_median,
         "submit": submit_median,
         "throughput_ratio": submit_median["per_second"] / bare_median["per_second"],
+        "server_cpu_ratio": bare_median["server_cpu_ms_per_request"]
+        / submit_median["server_cpu_ms_per_request"],
         "target_ratio": 0.5,
     }
     print(json.dumps(result))
