@@ -189,12 +189,14 @@ def decidable_call_ids(*, user: User, calls: Iterable[Call]) -> set[uuid.UUID]:
     candidates = [call for call in calls if call.principal != own]
     if user.is_superuser or not candidates:
         return {call.pk for call in candidates}
-    group_ids = set(user.groups.values_list("pk", flat=True))
     gate_groups = dict(
         Gate.objects.filter(
             name__in={gate for call in candidates for gate in call.gates}, group__isnull=False
         ).values_list("name", "group_id")
     )
+    if not gate_groups:  # no gate of these calls is kept to a group
+        return {call.pk for call in candidates}
+    group_ids = set(user.groups.values_list("pk", flat=True))
     return {
         call.pk
         for call in candidates
