@@ -4,13 +4,11 @@ threads) share one event loop and its connection pool, and all arrive."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import pytest
 import redis
 from channels_redis.core import RedisChannelLayer
-from django.db import connection
 from django.utils import timezone
 
 from approvals.models import Agent, Call
@@ -18,6 +16,7 @@ from approvals.notify import call_group, notify_call
 from config.env import redis_channel_layer
 from tests.asgi import PROMPTLY
 from tests.local_redis import requires_redis
+from tests.scale.servers import run_threads
 
 REDIS_URL = "redis://127.0.0.1:6379/7"
 
@@ -43,25 +42,6 @@ def _connections_received() -> int:
         return int(client.info("stats")["total_connections_received"])
 
 
-def _in_threads(count: int, push: Any) -> None:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            push()
-        except BaseException as error:
-            errors.append(error)
-        finally:
-            connection.close()  # on PostgreSQL, back to the process's pool
-
-    threads = [threading.Thread(target=run) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(PROMPTLY)
-    assert errors == []
-
-
 def test_one_pushes_after_another_reuse_their_connections(redis_layer: None, call: Call) -> None:
     notify_call(call)  # the pool's first connection
     before = _connections_received()
@@ -70,7 +50,7 @@ def test_one_pushes_after_another_reuse_their_connections(redis_layer: None, cal
         for _ in range(30):
             notify_call(call)
 
-    _in_threads(1, thirty_pushes)
+    run_threads(1, lambda _: thirty_pushes(), timeout=PROMPTLY)
     assert _connections_received() - before <= 2  # was one new connection a push
 
 
@@ -80,7 +60,7 @@ async def test_pushes_from_many_threads_at_once_all_arrive(redis_layer: None, ca
     try:
         channel = await watcher.new_channel()
         await watcher.group_add(call_group(call.pk), channel)
-        await asyncio.to_thread(_in_threads, 10, lambda: notify_call(call))
+        await asyncio.to_thread(run_threads, 10, lambda _: notify_call(call), PROMPTLY)
         received = [await asyncio.wait_for(watcher.receive(channel), PROMPTLY) for _ in range(10)]
         assert {message["call"]["id"] for message in received} == {str(call.pk)}
     finally:
