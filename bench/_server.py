@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import dj_database_url
 import httpx
@@ -87,9 +88,14 @@ def database(url: str | None) -> Iterator[str]:
         yield database_url
 
 
+class BenchServer(NamedTuple):
+    url: str
+    pid: int  # the daphne process, for its CPU time, threads and memory
+
+
 @contextmanager
-def server(database_url: str, extra: dict[str, str] | None = None) -> Iterator[str]:
-    """A daphne process serving the app; yields its base URL."""
+def server(database_url: str, extra: dict[str, str] | None = None) -> Iterator[BenchServer]:
+    """A daphne process serving the app."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -122,25 +128,13 @@ def server(database_url: str, extra: dict[str, str] | None = None) -> Iterator[s
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError("the benchmark server did not start") from None
                 time.sleep(0.1)
-        yield url
+        yield BenchServer(url, process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
-
-
-def server_pid(port: int) -> int | None:
-    """The daphne process listening on ``port`` (a child of this process's own)."""
-    for status in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            command = status.read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if b"daphne" in command and f"tcp:port={port}:".encode() in command:
-            return int(status.parent.name)
-    return None
 
 
 def cpu_seconds(pid: int) -> float:

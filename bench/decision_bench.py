@@ -33,7 +33,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import database, manage, percentile, server, server_pid
+from _server import BenchServer, database, manage, percentile, server
 
 ARGUMENTS = '{"amount": "600.00"}'
 SETUP = """
@@ -65,9 +65,7 @@ DIGEST = hashlib.sha256(ARGUMENTS.encode()).hexdigest()
 HEADERS = {"Authorization": "Bearer cs_bench"}
 
 
-def _proc_status(pid: int | None) -> dict[str, int]:
-    if pid is None:
-        return {}
+def _proc_status(pid: int) -> dict[str, int]:
     fields = dict(
         line.split(":", 1)
         for line in Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -176,8 +174,9 @@ def _note_failure(failures: list[BaseException]) -> Callable[[asyncio.Task[None]
 
 
 async def _run(
-    url: str, decide_url: str, call_ids: list[str], mode: str, port: int
+    waiting: BenchServer, decide_url: str, call_ids: list[str], mode: str
 ) -> dict[str, Any]:
+    url = waiting.url
     ws_url = url.replace("http://", "ws://")
     async with (
         httpx.AsyncClient(
@@ -205,7 +204,7 @@ async def _run(
         all_ready = asyncio.ensure_future(asyncio.gather(*(event.wait() for event in ready)))
         await _until(all_ready.done, failures)
         await asyncio.sleep(1.0)  # let the last long-polls reach the server and park
-        parked = _proc_status(server_pid(port))
+        parked = _proc_status(waiting.pid)
         sent: dict[str, float] = {}
 
         retried: list[str] = []
@@ -269,7 +268,7 @@ async def _run(
         "sockets_reopened": len(dropped),
         "websocket": summary([i for i in call_ids if i in sockets]),
         "long_poll": summary([i for i in call_ids if i not in sockets]),
-        "after": _proc_status(server_pid(port)),
+        "after": _proc_status(waiting.pid),
     }
 
 
@@ -288,16 +287,12 @@ def main() -> None:
     with database(options.database_url) as database_url:
         call_ids = manage(database_url, "shell", "-c", setup).strip().splitlines()[-1].split(",")
         extra = {"REDIS_URL": options.redis} if options.redis else {}
-        with server(database_url, extra) as url:
+        with server(database_url, extra) as waiting:
             if options.redis:
-                with server(database_url, extra) as decide_url:
-                    result = asyncio.run(
-                        _run(url, decide_url, call_ids, options.mode, int(url.rsplit(":", 1)[1]))
-                    )
+                with server(database_url, extra) as deciding:
+                    result = asyncio.run(_run(waiting, deciding.url, call_ids, options.mode))
             else:
-                result = asyncio.run(
-                    _run(url, url, call_ids, options.mode, int(url.rsplit(":", 1)[1]))
-                )
+                result = asyncio.run(_run(waiting, waiting.url, call_ids, options.mode))
     print(
         json.dumps(
             {

@@ -367,7 +367,7 @@ def main() -> None:
             "history_last": f"/history/?page={last_page}",
             "call": f"/calls/{filled.pending_call}/",
         }
-        with server(database_url) as url, httpx.Client(base_url=url, timeout=60) as http:
+        with server(database_url) as target, httpx.Client(base_url=target.url, timeout=60) as http:
             _login(http)
             pages = {
                 name: _measure(http, path, options.warmups, options.requests)

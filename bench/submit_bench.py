@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import cpu_seconds, database, manage, percentile, server, server_pid
+from _server import BenchServer, cpu_seconds, database, manage, percentile, server
 
 SETUP = """
 import hashlib
@@ -38,18 +38,18 @@ for i in range(8):
 BODY = json.dumps({"tool": "pay", "arguments": '{"amount": "12.50", "payee": "ada"}'}).encode()
 
 
-async def _load(url: str, path: str, clients: int, seconds: float) -> dict[str, float]:
+async def _load(target: BenchServer, path: str, clients: int, seconds: float) -> dict[str, float]:
     """Requests for ``seconds`` from ``clients`` at once; with the server's CPU time per
     request, which the machine's noise moves less than the throughput."""
-    pid = server_pid(int(url.rsplit(":", 1)[1]))
-    assert pid is not None
-    cpu_before = cpu_seconds(pid)
+    cpu_before = cpu_seconds(target.pid)
     latencies: list[float] = []
     failures = 0
     stop = time.perf_counter() + seconds
     headers = {"Authorization": "Bearer cs_bench", "Content-Type": "application/json"}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) as http:
+    async with httpx.AsyncClient(
+        base_url=target.url, headers=headers, limits=limits, timeout=30
+    ) as http:
 
         async def client() -> None:
             nonlocal failures
@@ -69,7 +69,7 @@ async def _load(url: str, path: str, clients: int, seconds: float) -> dict[str, 
         "per_second": len(latencies) / elapsed,
         "p50_ms": percentile(latencies, 0.50) * 1e3,
         "p99_ms": percentile(latencies, 0.99) * 1e3,
-        "server_cpu_ms_per_request": (cpu_seconds(pid) - cpu_before) / len(latencies) * 1e3,
+        "server_cpu_ms_per_request": (cpu_seconds(target.pid) - cpu_before) / len(latencies) * 1e3,
     }
 
 
@@ -88,15 +88,15 @@ def main() -> None:
     options = parser.parse_args()
     with database(options.database_url) as database_url:
         manage(database_url, "shell", "-c", SETUP)
-        with server(database_url) as url:
-            asyncio.run(_load(url, "/api/v1/calls", options.clients, 1.0))  # warm up
+        with server(database_url) as target:
+            asyncio.run(_load(target, "/api/v1/calls", options.clients, 1.0))  # warm up
             bare, submit = [], []
             for _ in range(options.rounds):
                 bare.append(
-                    asyncio.run(_load(url, "/bench/bare", options.clients, options.seconds))
+                    asyncio.run(_load(target, "/bench/bare", options.clients, options.seconds))
                 )
                 submit.append(
-                    asyncio.run(_load(url, "/api/v1/calls", options.clients, options.seconds))
+                    asyncio.run(_load(target, "/api/v1/calls", options.clients, options.seconds))
                 )
     bare_median, submit_median = _median_round(bare), _median_round(submit)
     result = {
