@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
 from approvals.models import Approval, Call
@@ -34,13 +34,10 @@ def agent_group(agent_id: int) -> str:
     return f"agent.{agent_id}"
 
 
-async def _send(groups: list[str], message: dict[str, Any]) -> None:
+async def _send(layer: BaseChannelLayer, groups: list[str], message: dict[str, Any]) -> None:
     """Runs after the commit: the write stands whatever happens here, so a failing channel
     layer is logged and the request goes on to answer with what was stored. Whoever misses
     the push reads the database (waiters poll it, sockets get the state on reconnect)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
     for group in groups:
         try:
             await layer.group_send(group, message)
@@ -74,11 +71,14 @@ def _redis_push_loop() -> asyncio.AbstractEventLoop:
 def _deliver(groups: list[str], message: dict[str, Any]) -> None:
     """Send, and wait until sent (so one writer's pushes keep their order)."""
     layer = get_channel_layer()
-    if layer is None or isinstance(layer, InMemoryChannelLayer):
+    if layer is None:
+        return
+    if isinstance(layer, InMemoryChannelLayer):
         # Its queues belong to the server's loop: go there (async_to_sync finds it).
-        async_to_sync(_send)(groups, message)
+        async_to_sync(_send)(layer, groups, message)
     else:
-        asyncio.run_coroutine_threadsafe(_send(groups, message), _redis_push_loop()).result()
+        send = _send(layer, groups, message)
+        asyncio.run_coroutine_threadsafe(send, _redis_push_loop()).result()
 
 
 def notify_call(call: Call, *, approvals: Iterable[Approval] | None = None) -> None:
