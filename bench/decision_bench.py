@@ -102,12 +102,10 @@ async def _socket_waiter(
             async with connect(
                 f"{ws_url}/ws/v1/calls/{call_id}", additional_headers=HEADERS, open_timeout=60
             ) as socket:
-                first = json.loads(await socket.recv())["call"]
-                ready.set()
-                if first["status"] == "approved":  # decided while this agent reconnected
-                    done[call_id] = time.perf_counter()
-                    return
+                # The current state first (approved if decided while this agent reconnected),
+                # then every change.
                 async for raw in socket:
+                    ready.set()
                     if json.loads(raw)["call"]["status"] == "approved":
                         done[call_id] = time.perf_counter()
                         return
