@@ -141,7 +141,7 @@ def test_two_approvers_at_once_produce_one_outcome_and_one_notification(
     call = held_call()
     pushed: list[str] = []
 
-    async def record(groups: list[str], message: dict[str, Any]) -> None:
+    async def record(layer: object, groups: list[str], message: dict[str, Any]) -> None:
         pushed.append(message["call"]["status"])
 
     monkeypatch.setattr(notify, "_send", record)
