@@ -31,7 +31,7 @@ from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
 import capcore
-from approvals import jsontext
+from approvals import jsontext, sql
 from approvals.models import (
     Agent,
     Approval,
@@ -56,17 +56,25 @@ def stored_rule(line: str) -> capcore.Rule | None:
         return None
 
 
+_SPENT = "SELECT COALESCE(SUM(minor), 0) FROM approvals_ledgerentry"
+_SPENT += " WHERE ledger_id = %s AND voided_at IS NULL"
+
+
 def ledger_spent(*, ledger: Ledger, window: capcore.Window | None, now: datetime) -> int:
     """The ledger's total within the window ending at ``now`` (voided entries excluded).
 
     Entries stamped after ``now`` count too: they can only come from a worker whose clock is
-    ahead, and leaving them out would let calls through past the limit.
+    ahead, and leaving them out would let calls through past the limit. In SQL
+    (approvals/sql.py): every submission meeting a ``sum`` rule runs it.
     """
-    entries = LedgerEntry.objects.filter(
-        _recorded_within(window, now), ledger=ledger, voided_at__isnull=True
-    )
-    total = entries.aggregate(total=Sum("minor"))["total"]
-    return int(total or 0)
+    minor, recorded_at = sql.fields(LedgerEntry, "minor", "recorded_at")
+    start, inclusive = capcore.window_bounds(window, now)
+    if start is None:
+        ((total,),) = sql.fetch(_SPENT, [ledger.pk], [minor])
+    else:
+        within = f"{_SPENT} AND recorded_at {'>=' if inclusive else '>'} %s"
+        ((total,),) = sql.fetch(within, [ledger.pk, sql.prepared(recorded_at, start)], [minor])
+    return int(total)
 
 
 def _recorded_within(window: capcore.Window | None, now: datetime) -> Q:

@@ -12,6 +12,7 @@ from django.core import serializers
 from django.db import transaction
 from django.utils import timezone
 
+from approvals import sql
 from approvals.models import MODE_CHOICES, Agent, AgentToken, AuditEntry
 
 TOKEN_PREFIX = "cs_"  # noqa: S105 (a marker, not a secret)
@@ -19,6 +20,9 @@ SHOWN_PREFIX_LENGTH = 8
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 _MODES = frozenset(value for value, _ in MODE_CHOICES)
 _MAX_NAME_LENGTH = Agent._meta.get_field("name").max_length or 200
+_AGENT_BY_DIGEST = "SELECT t.id, t.last_used_at, {agent_columns} FROM approvals_agenttoken t"
+_AGENT_BY_DIGEST += " JOIN approvals_agent a ON a.id = t.agent_id"
+_AGENT_BY_DIGEST += " WHERE t.digest = %s AND t.revoked_at IS NULL"
 
 
 def _snapshot(agent: Agent) -> str:
@@ -91,18 +95,24 @@ def token_digest(token: str) -> str:
 
 def agent_authenticate(*, token: str) -> Agent | None:
     """The agent holding this unrevoked token, found by the token's digest (an index lookup,
-    so no secret is compared byte by byte). Notes the token's use, at most once a minute."""
-    row = (
-        AgentToken.objects.select_related("agent")
-        .filter(digest=token_digest(token), revoked_at__isnull=True)
-        .first()
+    so no secret is compared byte by byte). Notes the token's use, at most once a minute.
+
+    In SQL (approvals/sql.py): every request of an agent runs it.
+    """
+    token_fields = sql.fields(AgentToken, "id", "last_used_at")
+    agent_fields = sql.fields(Agent)
+    found = sql.fetch(
+        _AGENT_BY_DIGEST.format(agent_columns=sql.columns(agent_fields, "a")),
+        [token_digest(token)],
+        token_fields + agent_fields,
     )
-    if row is None:
+    if not found:
         return None
+    (token_id, last_used_at, *agent_values) = found[0]
     now = timezone.now()
-    if row.last_used_at is None or now - row.last_used_at > TOKEN_USE_RESOLUTION:
-        AgentToken.objects.filter(pk=row.pk).update(last_used_at=now)
-    return row.agent
+    if last_used_at is None or now - last_used_at > TOKEN_USE_RESOLUTION:
+        AgentToken.objects.filter(pk=token_id).update(last_used_at=now)
+    return sql.instance(Agent, agent_fields, agent_values)  # type: ignore[no-any-return]
 
 
 @transaction.atomic

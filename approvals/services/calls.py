@@ -10,12 +10,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError
-from django.db.models import F
+from django.db import IntegrityError, connection
 from django.utils import timezone
 
 import capcore
-from approvals import policies, selectors
+from approvals import policies, selectors, sql
 from approvals.models import Agent, AuditEntry, Call, Gate, Ledger, LedgerEntry, RunCost, RunCounter
 from approvals.notify import notify_call
 from approvals.services.transactions import write_transaction
@@ -44,6 +43,27 @@ class Submission:
     request_sha256: str = ""
 
 
+# The statements every submission runs, in SQL (approvals/sql.py says why).
+_LEDGERS_CREATE = "INSERT INTO approvals_ledger (rule, currency, key_digest) VALUES {rows}"
+_LEDGERS_CREATE += " ON CONFLICT DO NOTHING"
+_LEDGERS_READ = "SELECT id, rule, currency, key_digest FROM approvals_ledger WHERE {named}"
+_LEDGERS_READ += " ORDER BY rule, currency, key_digest"
+_LEDGER_NAMED = "(rule = %s AND currency = %s AND key_digest = %s)"
+_CALL_COUNT = """
+INSERT INTO approvals_runcounter (agent_id, scope, "key", calls, tokens, started_at)
+VALUES (%s, %s, %s, 1, %s, %s)
+ON CONFLICT (agent_id, scope, "key") DO UPDATE SET
+    calls = approvals_runcounter.calls + 1,
+    tokens = approvals_runcounter.tokens + excluded.tokens
+RETURNING id, calls, tokens, started_at
+"""
+_COST_READ = "SELECT amount FROM approvals_runcost WHERE counter_id = %s AND currency = %s"
+_COST_COUNT = """
+INSERT INTO approvals_runcost (counter_id, currency, amount) VALUES (%s, %s, %s)
+ON CONFLICT (counter_id, currency) DO UPDATE SET amount = approvals_runcost.amount + %s
+"""
+
+
 def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
     """Create the ledgers' rows if missing, then lock them in sorted order.
 
@@ -54,56 +74,50 @@ def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, 
     """
     if not keys:
         return {}
-    Ledger.objects.bulk_create(
-        [Ledger(rule=k.rule, currency=k.currency, key_digest=k.key_digest or "") for k in keys],
-        ignore_conflicts=True,
-    )
-    return _ledgers_locked(keys)
-
-
-def _ledgers_locked(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
-    wanted, named = selectors.ledger_identities(keys)
+    wanted = {(k.rule, k.currency, k.key_digest or ""): k for k in keys}
+    params = [value for identity in sorted(wanted) for value in identity]
+    sql.execute(_LEDGERS_CREATE.format(rows=", ".join(["(%s, %s, %s)"] * len(wanted))), params)
+    read = _LEDGERS_READ.format(named=" OR ".join([_LEDGER_NAMED] * len(wanted)))
     # PostgreSQL locks the rows as the sort emits them: always in this order.
-    rows = (
-        Ledger.objects.select_for_update().filter(named).order_by("rule", "currency", "key_digest")
-    )
-    ledgers = {wanted[(row.rule, row.currency, row.key_digest)]: row for row in rows}
+    if connection.features.has_select_for_update:
+        read += " FOR UPDATE"
+    of = sql.fields(Ledger, "id", "rule", "currency", "key_digest")
+    ledgers = {}
+    for values in sql.fetch(read, params, of):
+        ledger: Ledger = sql.instance(Ledger, of, values)
+        ledgers[wanted[(ledger.rule, ledger.currency, ledger.key_digest)]] = ledger
     if len(ledgers) != len(wanted):
         # A ledger missing here would count as nothing spent: refuse rather than guess.
         raise Ledger.DoesNotExist(LEDGER_VANISHED)
     return ledgers
 
 
-def _counter(agent: Agent, budget: capcore.Budget | None, run_id: str, now: datetime) -> RunCounter:
+def _counted(
+    agent: Agent, budget: capcore.Budget | None, submission: Submission, now: datetime
+) -> capcore.RunCounters:
+    """Count the call in its run's (or day's) counters, creating them if missing; the
+    counters as they stood before it. The database adds the totals, in the statement that
+    also locks the counter's row, so concurrent calls never lose a count."""
     scope = budget.scope if budget is not None else capcore.BudgetScope.RUN
-    key = run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
-    counter, _ = RunCounter.objects.select_for_update().get_or_create(
-        agent=agent, scope=scope.value, key=key, defaults={"started_at": now}
+    key = submission.run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
+    usage = submission.usage
+    returned = sql.fields(RunCounter, "id", "calls", "tokens", "started_at")
+    started = sql.prepared(returned[3], now)
+    ((counter_id, calls, tokens, started_at),) = sql.fetch(
+        _CALL_COUNT, [agent.pk, scope.value, key, usage.tokens, started], returned
     )
-    return counter
-
-
-def _counters_before(counter: RunCounter, budget: capcore.Budget | None) -> capcore.RunCounters:
     cost = 0
     if budget is not None and budget.cost_currency is not None:
-        cost = (
-            RunCost.objects.filter(counter=counter, currency=budget.cost_currency)
-            .values_list("amount", flat=True)
-            .first()
-            or 0
+        found = sql.fetch(
+            _COST_READ, [counter_id, budget.cost_currency], sql.fields(RunCost, "amount")
         )
-    started = counter.started_at if counter.calls else None
-    return capcore.RunCounters(counter.calls, counter.tokens, cost, started)
-
-
-def _count_usage(counter: RunCounter, usage: capcore.Usage) -> None:
-    # Totals are added in the database (F expressions), never read and rewritten in Python.
-    RunCounter.objects.filter(pk=counter.pk).update(
-        calls=F("calls") + 1, tokens=F("tokens") + usage.tokens
-    )
+        cost = found[0][0] if found else 0
     if usage.cost_currency is not None:
-        cost, _ = RunCost.objects.get_or_create(counter=counter, currency=usage.cost_currency)
-        RunCost.objects.filter(pk=cost.pk).update(amount=F("amount") + usage.cost)
+        sql.execute(_COST_COUNT, [counter_id, usage.cost_currency, usage.cost, usage.cost])
+    calls_before = calls - 1
+    return capcore.RunCounters(
+        calls_before, tokens - usage.tokens, cost, started_at if calls_before else None
+    )
 
 
 def _deadline(gates: tuple[str, ...], now: datetime) -> datetime:
@@ -124,9 +138,13 @@ def ledger_record(
     now: datetime,
 ) -> None:
     """Add a call's amounts to its ledgers (the caller holds their locks)."""
-    LedgerEntry.objects.bulk_create(
-        LedgerEntry(ledger=ledgers[record.ledger], call=call, minor=record.minor, recorded_at=now)
-        for record in records
+    sql.insert(
+        [
+            LedgerEntry(
+                ledger=ledgers[record.ledger], call=call, minor=record.minor, recorded_at=now
+            )
+            for record in records
+        ]
     )
 
 
@@ -189,14 +207,14 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
     # Read the clock only once the locks are held: a time taken before waiting for them
     # would be older than the entries recorded meanwhile.
     now = clock or timezone.now()
-    counter = _counter(agent, policy.budget, submission.run_id, now)
+    counters = _counted(agent, policy.budget, submission, now)
     state = capcore.PolicyState(
         now=now,
         mode=agent.mode,
         permission_rules=policy.permission_rules,
         tool_class_pins=policy.tool_class_pins,
         budget=policy.budget,
-        counters=_counters_before(counter, policy.budget),
+        counters=counters,
         cap_rules=policy.cap_rules,
         cap_rules_unreadable=policy.cap_rules_unreadable,
         spent={
@@ -208,7 +226,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
     if evaluation.error is not None:
         logger.error("policy error on a call by agent %s", agent.pk, exc_info=evaluation.error)
     verdict = evaluation.verdict
-    call = Call.objects.create(
+    call = Call(
         agent=agent,
         tool=submission.tool,
         arguments=submission.arguments,
@@ -230,15 +248,19 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         idempotency_key=submission.idempotency_key,
         request_sha256=submission.request_sha256,
     )
+    sql.insert([call])
     if verdict.status is capcore.Status.ALLOWED:
         ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
-    _count_usage(counter, submission.usage)
-    AuditEntry.objects.create(
-        at=now,
-        agent=agent,
-        action=f"call {verdict.status.value}",
-        object_type="call",
-        object_id=str(call.pk),
+    sql.insert(
+        [
+            AuditEntry(
+                at=now,
+                agent=agent,
+                action=f"call {verdict.status.value}",
+                object_type="call",
+                object_id=str(call.pk),
+            )
+        ]
     )
     notify_call(call)
     return call

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 
 import capcore
+from approvals import sql
 from approvals.models import Agent, Budget, Call, CapRule, Ledger, LedgerEntry, RunCounter
 from approvals.services.calls import (
     LEDGER_VANISHED,
@@ -61,10 +62,17 @@ def test_a_ledger_deleted_while_it_is_locked_refuses_the_call_and_stores_nothing
     """Its total would otherwise count as nothing spent."""
     cap_rule_save(line=DAILY)
     submit(agent, "250.00")  # the ledger exists now
-    # Deleted between the insert-if-missing and the lock.
-    monkeypatch.setattr(Ledger.objects, "bulk_create", lambda *args, **kwargs: None)
-    LedgerEntry.objects.all().delete()
-    Ledger.objects.all().delete()
+    execute = sql.execute
+
+    def deleted_after_creating(statement: str, params: list[object]) -> int:
+        changed = execute(statement, params)
+        if statement.startswith("INSERT INTO approvals_ledger "):
+            # Deleted between the insert-if-missing and the lock.
+            LedgerEntry.objects.all().delete()
+            Ledger.objects.all().delete()
+        return changed
+
+    monkeypatch.setattr(sql, "execute", deleted_after_creating)
     with pytest.raises(Ledger.DoesNotExist, match=LEDGER_VANISHED):
         submit(agent, "250.00")
     assert Call.objects.count() == 1
