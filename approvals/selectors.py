@@ -186,6 +186,10 @@ def may_view(user: User | AnonymousUser) -> bool:
     )
 
 
+_GATE_GROUPS = "SELECT name, group_id FROM approvals_gate"
+_GATE_GROUPS += " WHERE name IN ({names}) AND group_id IS NOT NULL"
+
+
 def decidable_call_ids(*, user: User, calls: Iterable[Call]) -> set[uuid.UUID]:
     """The calls ``user`` may decide (``policies.md``, "Gates, approvers, quorum"): active,
     holds ``approvals.decide_call``, in the group of every gate the call is held at
@@ -197,11 +201,12 @@ def decidable_call_ids(*, user: User, calls: Iterable[Call]) -> set[uuid.UUID]:
     candidates = [call for call in calls if call.principal != own]
     if user.is_superuser or not candidates:
         return {call.pk for call in candidates}
-    gate_groups = dict(
-        Gate.objects.filter(
-            name__in={gate for call in candidates for gate in call.gates}, group__isnull=False
-        ).values_list("name", "group_id")
-    )
+    names = sorted({gate for call in candidates for gate in call.gates})
+    gate_groups: dict[str, int] = {}
+    if names:
+        # In SQL (approvals/sql.py): every decision runs it.
+        read = _GATE_GROUPS.format(names=", ".join(["%s"] * len(names)))
+        gate_groups = dict(sql.rows(read, names))
     if not gate_groups:  # no gate of these calls is kept to a group
         return {call.pk for call in candidates}
     group_ids = set(user.groups.values_list("pk", flat=True))

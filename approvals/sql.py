@@ -52,11 +52,16 @@ def converted(row: Sequence[Any], of: Sequence[Field[Any, Any]]) -> list[Any]:
     return values
 
 
-def fetch(sql: str, params: Sequence[Any], of: Sequence[Field[Any, Any]]) -> list[list[Any]]:
-    """Run a query whose columns are ``of``, in that order; its rows, converted."""
+def rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Run a query; its rows as the database driver gives them."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [converted(row, of) for row in cursor.fetchall()]
+        return list(cursor.fetchall())
+
+
+def fetch(sql: str, params: Sequence[Any], of: Sequence[Field[Any, Any]]) -> list[list[Any]]:
+    """Run a query whose columns are ``of``, in that order; its rows, converted."""
+    return [converted(row, of) for row in rows(sql, params)]
 
 
 def execute(sql: str, params: Sequence[Any]) -> int:
@@ -98,3 +103,17 @@ def insert(rows: Sequence[Model]) -> None:
     # Names from the model's own metadata, values as parameters: nothing here comes in.
     statement = f"INSERT INTO {table(model)} ({columns(stored)}) VALUES "  # noqa: S608
     execute(statement + ", ".join([one_row] * len(rows)), values)
+
+
+def update(row: Model, *names: str) -> None:
+    """UPDATE the named fields of a stored instance, as ``save(update_fields=names)``
+    would store them (``auto_now`` included)."""
+    model = type(row)
+    changed = fields(model, *names)
+    values = [prepared(field, field.pre_save(row, False)) for field in changed]
+    pk = model._meta.pk
+    assert pk is not None
+    assignments = ", ".join(f"{quoted(field.column)} = %s" for field in changed)
+    # Names from the model's own metadata, values as parameters: nothing here comes in.
+    statement = f"UPDATE {table(model)} SET {assignments} WHERE {quoted(pk.column)} = %s"  # noqa: S608
+    execute(statement, [*values, prepared(pk, row.pk)])

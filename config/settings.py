@@ -57,6 +57,9 @@ MIDDLEWARE = [
     "approvals.middleware.api_errors_as_json",
 ]
 
+# ModelBackend, with a person and their permissions read in plain SQL (approvals/auth.py).
+AUTHENTICATION_BACKENDS = ["approvals.auth.PermissionBackend"]
+
 # Messages stay on the server: admin shows a new API token once through one.
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 

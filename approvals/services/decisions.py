@@ -7,11 +7,12 @@ import uuid
 from datetime import datetime
 
 from django.contrib.auth.models import User
+from django.db import connection
 from django.utils import timezone
 
 import capcore
-from approvals import selectors
-from approvals.models import Approval, AuditEntry, Call, Gate, PermissionRule
+from approvals import selectors, sql
+from approvals.models import Approval, AuditEntry, Call, PermissionRule
 from approvals.notify import notify_call
 from approvals.services.calls import ledger_lock, ledger_record, records_from_json
 from approvals.services.transactions import write_transaction
@@ -54,10 +55,48 @@ def user_may_decide(*, user: User, call: Call) -> bool:
     return call.pk in selectors.decidable_call_ids(user=user, calls=[call])
 
 
+# The statements every decision runs, in SQL (approvals/sql.py says why).
+_REQUIRED_APPROVALS = "SELECT max(required_approvals) FROM approvals_gate WHERE name IN ({names})"
+_APPROVALS_READ = """
+SELECT {approval_columns}, {user_columns} FROM approvals_approval a
+JOIN auth_user u ON u.id = a.user_id
+WHERE a.call_id = %s ORDER BY a.created_at, a.id
+"""
+_CALL_READ = "SELECT {columns} FROM approvals_call WHERE id = %s"
+
+
 def _required_approvals(call: Call) -> int:
     # Every approver is eligible at every gate of the call, so each approval counts at each.
-    required = Gate.objects.filter(name__in=call.gates).values_list("required_approvals", flat=True)
-    return max(required, default=1)
+    if not call.gates:
+        return 1
+    names = ", ".join(["%s"] * len(call.gates))
+    ((required,),) = sql.rows(_REQUIRED_APPROVALS.format(names=names), call.gates)
+    return int(required or 1)
+
+
+def _call_locked(call_id: uuid.UUID) -> Call | None:
+    of = sql.fields(Call)
+    read = _CALL_READ.format(columns=sql.columns(of))
+    if connection.features.has_select_for_update:
+        read += " FOR UPDATE"
+    found = sql.fetch(read, [sql.prepared(of[0], call_id)], of)
+    return sql.instance(Call, of, found[0]) if found else None
+
+
+def _approvals(call: Call) -> list[Approval]:
+    """The call's approvals, oldest first, with their users."""
+    approval_fields, user_fields = sql.fields(Approval), sql.fields(User)
+    read = _APPROVALS_READ.format(
+        approval_columns=sql.columns(approval_fields, "a"),
+        user_columns=sql.columns(user_fields, "u"),
+    )
+    call_key = sql.prepared(sql.fields(Call, "id")[0], call.pk)
+    approvals, split = [], len(approval_fields)
+    for values in sql.fetch(read, [call_key], approval_fields + user_fields):
+        approval: Approval = sql.instance(Approval, approval_fields, values[:split])
+        approval.user = sql.instance(User, user_fields, values[split:])
+        approvals.append(approval)
+    return approvals
 
 
 def _finish(call: Call, status: str, user: User, comment: str, now: datetime) -> None:
@@ -66,9 +105,7 @@ def _finish(call: Call, status: str, user: User, comment: str, now: datetime) ->
     call.decided_by = user
     call.decision_comment = comment
     call.updated_at = now
-    call.save(
-        update_fields=["status", "decided_at", "decided_by", "decision_comment", "updated_at"]
-    )
+    sql.update(call, "status", "decided_at", "decided_by", "decision_comment", "updated_at")
 
 
 def _allow_tool(call: Call, scope: str) -> None:
@@ -94,7 +131,7 @@ def call_decide(
     """Record one eligible user's first decision; finish the call when the quorum is met or
     on a deny. Raises a ``DecisionError`` (and changes nothing) otherwise, checked in the
     order 404, 403, 400 (scope), 409."""
-    call = Call.objects.select_for_update().filter(pk=call_id).first()
+    call = _call_locked(call_id)
     if call is None:
         raise CallNotFound
     if not user_may_decide(user=user, call=call):
@@ -109,14 +146,14 @@ def call_decide(
     if arguments_sha256 != call.arguments_sha256:
         raise DecisionConflict(Conflict.STALE.value)
     # Read once: for the second-decision check, the quorum, and the state pushed.
-    approvals = list(call.approvals.select_related("user").order_by("created_at", "pk"))
+    approvals = _approvals(call)
     if any(approval.user_id == user.pk for approval in approvals):
         raise DecisionConflict(Conflict.SECOND.value)
-    approvals.append(
-        Approval.objects.create(
-            call=call, user=user, approve=approve, comment=comment, scope=scope, created_at=now
-        )
+    approval = Approval(
+        call=call, user=user, approve=approve, comment=comment, scope=scope, created_at=now
     )
+    sql.insert([approval])
+    approvals.append(approval)
     if not approve:
         _finish(call, "denied", user, comment or DEFAULT_DENY_COMMENT, now)
     elif sum(approval.approve for approval in approvals) >= _required_approvals(call):
@@ -128,14 +165,18 @@ def call_decide(
         _finish(call, "approved", user, comment, now)
     else:
         call.updated_at = now
-        call.save(update_fields=["updated_at"])
-    AuditEntry.objects.create(
-        at=now,
-        user_id=user.pk,
-        action="call approved" if approve else "call denied",
-        object_type="call",
-        object_id=str(call.pk),
-        after=comment,
+        sql.update(call, "updated_at")
+    sql.insert(
+        [
+            AuditEntry(
+                at=now,
+                user_id=user.pk,
+                action="call approved" if approve else "call denied",
+                object_type="call",
+                object_id=str(call.pk),
+                after=comment,
+            )
+        ]
     )
     notify_call(call, approvals=approvals)
     return call
