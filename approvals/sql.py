@@ -1,53 +1,79 @@
-"""Running the statements of the submission path as SQL written out, not built by the ORM.
+"""Running the statements of the hot paths as SQL written out, not built by the ORM.
 
-Every submission runs about ten statements. The ORM spends 0.3–0.5 ms of Python building
-each one (a queryset, its lookups, the compiler) against 0.03 ms for SQLite to run it: most
-of a submission's cost (docs/performance.md). These helpers run SQL given as text, and do
-what the ORM would around it: values are prepared by their model fields (so UUIDs, JSON and
-datetimes are stored exactly as the ORM stores them) and read back through the fields'
-converters (so a datetime read from SQLite comes back aware, a boolean as a ``bool``).
-Only the fixed statements of the hot paths are written this way; everything else uses the
-ORM.
+Every submission runs about ten statements, every decision about as many. The ORM spends
+0.3–0.5 ms of Python building each one (a queryset, its lookups, the compiler) against
+0.03 ms for SQLite to run it: that was most of a submission's cost (docs/performance.md).
+These helpers run SQL given as text and do what the ORM would around it: values are
+prepared by their model fields (so UUIDs, JSON and datetimes are stored exactly as the ORM
+stores them) and read back through the fields' converters (so a datetime read from SQLite
+comes back aware, a boolean as a ``bool``). Only the fixed statements of the submission,
+decision and login paths are written this way; everything else uses the ORM.
+
+Identifiers are quoted the SQL standard's way, which both supported databases (SQLite and
+PostgreSQL) follow.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from django.db import connection
-from django.db.models import Field, Model
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models import Field, Model
+
+    AnyField = Field[Any, Any]
 
 
 def quoted(name: str) -> str:
-    return str(connection.ops.quote_name(name))
+    return '"' + name.replace('"', '""') + '"'
 
 
 def table(model: type[Model]) -> str:
     return quoted(model._meta.db_table)
 
 
-def fields(model: type[Model], *names: str) -> tuple[Field[Any, Any], ...]:
+@cache
+def fields(model: type[Model], *names: str) -> tuple[AnyField, ...]:
     """The named fields of ``model`` (by field name; all its concrete fields for none)."""
     if not names:
         return tuple(model._meta.concrete_fields)
     return tuple(model._meta.get_field(name) for name in names)  # type: ignore[misc]
 
 
-def columns(of: Sequence[Field[Any, Any]], alias: str = "") -> str:
+@cache
+def columns(of: tuple[AnyField, ...], alias: str = "") -> str:
     prefix = f"{quoted(alias)}." if alias else ""
     return ", ".join(prefix + quoted(field.column) for field in of)
 
 
-def converted(row: Sequence[Any], of: Sequence[Field[Any, Any]]) -> list[Any]:
+# Per connection (one per thread), as the ORM's compiler looks them up for each query.
+_converters: weakref.WeakKeyDictionary[
+    BaseDatabaseWrapper, dict[AnyField, tuple[Any, tuple[Any, ...]]]
+] = weakref.WeakKeyDictionary()
+
+
+def _converters_of(wrapper: BaseDatabaseWrapper, field: AnyField) -> tuple[Any, tuple[Any, ...]]:
+    known = _converters.setdefault(wrapper, {})
+    if field not in known:
+        column = field.cached_col
+        found = wrapper.ops.get_db_converters(column) + column.get_db_converters(wrapper)
+        known[field] = (column, tuple(found))
+    return known[field]
+
+
+def converted(row: Sequence[Any], of: Sequence[AnyField]) -> list[Any]:
     """A row's values as the ORM would give them for these fields."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
     values = []
     for value, field in zip(row, of, strict=True):
-        column = field.cached_col
-        for converter in connection.ops.get_db_converters(column) + column.get_db_converters(
-            connection
-        ):
-            value = converter(value, column, connection)
+        column, converters = _converters_of(wrapper, field)
+        for converter in converters:
+            value = converter(value, column, wrapper)
         values.append(value)
     return values
 
@@ -59,7 +85,7 @@ def rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return list(cursor.fetchall())
 
 
-def fetch(sql: str, params: Sequence[Any], of: Sequence[Field[Any, Any]]) -> list[list[Any]]:
+def fetch(sql: str, params: Sequence[Any], of: Sequence[AnyField]) -> list[list[Any]]:
     """Run a query whose columns are ``of``, in that order; its rows, converted."""
     return [converted(row, of) for row in rows(sql, params)]
 
@@ -71,38 +97,42 @@ def execute(sql: str, params: Sequence[Any]) -> int:
         return int(cursor.rowcount)
 
 
-def prepared(field: Field[Any, Any], value: Any) -> Any:
+def prepared(field: AnyField, value: Any) -> Any:
     """A value as the ORM would send it to the database for this field."""
     return field.get_db_prep_save(value, connection)
 
 
-def instance(model: type[Model], of: Sequence[Field[Any, Any]], values: Sequence[Any]) -> Any:
+def instance(model: type[Model], of: Sequence[AnyField], values: Sequence[Any]) -> Any:
     """A model instance from converted values of all its concrete fields, as if loaded."""
     return model.from_db(connection.alias, [field.attname for field in of], values)
 
 
-def insert(rows: Sequence[Model]) -> None:
+@cache
+def _insert_statement(model: type[Model]) -> tuple[tuple[AnyField, ...], str, str]:
+    stored = tuple(
+        field
+        for field in model._meta.concrete_fields
+        if not (field.primary_key and field.get_internal_type().endswith("AutoField"))
+    )
+    # Names from the model's own metadata, values as parameters: nothing here comes in.
+    statement = f"INSERT INTO {table(model)} ({columns(stored)}) VALUES "  # noqa: S608
+    return stored, statement, "(" + ", ".join(["%s"] * len(stored)) + ")"
+
+
+def insert(new: Sequence[Model]) -> None:
     """INSERT new instances of one model, each with every concrete field but an automatic
     primary key, as ``Model.save()`` would store them (``auto_now_add`` included). Their
     automatic primary keys are not read back: only models whose rows nobody refers to by
     that key right after are inserted this way."""
-    if not rows:
+    if not new:
         return
-    model = type(rows[0])
-    stored = [
-        field
-        for field in model._meta.concrete_fields
-        if not (field.primary_key and field.get_internal_type().endswith("AutoField"))
-    ]
+    stored, statement, one_row = _insert_statement(type(new[0]))
     values: list[Any] = []
-    for row in rows:
+    for row in new:
         values.extend(prepared(field, field.pre_save(row, True)) for field in stored)
         row._state.adding = False
         row._state.db = connection.alias
-    one_row = "(" + ", ".join(["%s"] * len(stored)) + ")"
-    # Names from the model's own metadata, values as parameters: nothing here comes in.
-    statement = f"INSERT INTO {table(model)} ({columns(stored)}) VALUES "  # noqa: S608
-    execute(statement + ", ".join([one_row] * len(rows)), values)
+    execute(statement + ", ".join([one_row] * len(new)), values)
 
 
 def update(row: Model, *names: str) -> None:
