@@ -8,6 +8,13 @@ contending for the GIL (docs/performance.md has the figures). Here a request bor
 a fixed number of long-lived single-thread executors for its whole span, so its synchronous
 code still runs on one thread, no two requests share a thread at once, and a request that
 finds every thread lent waits its turn.
+
+The middleware chain is Django's synchronous one, run whole on that thread. Django's ASGI
+handler builds an asynchronous chain, and each of Django's own middleware in it (sessions,
+CSRF, authentication, messages, …) crosses to a thread and back for each of its hooks:
+about a dozen switches between the event loop and a thread for one request to a synchronous
+view, which every view here is (the agent API, the pages, admin). Here a request crosses once
+for the whole chain. An asynchronous view still works, called back on the event loop.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpRequest, HttpResponseBase
 
 
 class ExecutorPool:
@@ -57,6 +65,13 @@ class PooledThreadASGIHandler(ASGIHandler):
     def __init__(self, *, threads: int) -> None:
         super().__init__()
         self.executors = ExecutorPool(threads)
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async=False)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        # Thread-sensitive: on the executor this request borrowed (see __call__).
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

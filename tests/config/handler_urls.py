@@ -1,4 +1,4 @@
-"""A sync view that says which thread ran it, for tests/config/test_handler.py."""
+"""Views that say which thread ran them, for tests/config/test_handler.py."""
 
 from __future__ import annotations
 
@@ -15,4 +15,8 @@ def which_thread(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"first": first, "last": threading.get_ident()})
 
 
-urlpatterns = [path("thread", which_thread)]
+async def which_thread_async(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"thread": threading.get_ident(), "user": request.user.is_anonymous})
+
+
+urlpatterns = [path("thread", which_thread), path("async", which_thread_async)]

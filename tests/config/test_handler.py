@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from typing import Any
 
 import pytest
+from asgiref.sync import SyncToAsync
 
 from config.handler import ExecutorPool, PooledThreadASGIHandler
 from tests.asgi import PROMPTLY, asgi_response
@@ -42,6 +44,35 @@ async def test_concurrent_requests_share_the_pools_threads_and_none_is_started_p
     assert len(used) <= 3
     # Each request's synchronous code ran on one thread from start to end.
     assert all(answer["first"] == answer["last"] for answer in first + second)
+
+
+async def test_a_request_crosses_to_its_thread_once_for_the_whole_middleware_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Django's asynchronous chain crosses to a thread and back for each hook of each of its
+    middleware (about a dozen times a request); the synchronous chain runs whole on the
+    request's thread. Besides it: the request_started receivers and the response's close."""
+    handler = PooledThreadASGIHandler(threads=1)
+    await _threads_of(handler, 1, 0.0)
+    crossings = 0
+    cross = SyncToAsync.__call__
+
+    async def counted(self: SyncToAsync[Any, Any], *args: Any, **kwargs: Any) -> Any:
+        nonlocal crossings
+        crossings += 1
+        return await cross(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", counted)
+    await _threads_of(handler, 1, 0.0)
+    assert crossings == 3
+
+
+async def test_an_asynchronous_view_runs_on_the_event_loop_after_the_middleware() -> None:
+    handler = PooledThreadASGIHandler(threads=1)
+    answer = await asgi_response(handler, "GET", "/async", headers=HOST)
+    assert answer["status"] == 200
+    # On this test's loop, and the authentication middleware ran before it.
+    assert json.loads(answer["body"]) == {"thread": threading.get_ident(), "user": True}
 
 
 async def test_a_request_waits_while_every_thread_is_busy() -> None:
