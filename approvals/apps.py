@@ -6,3 +6,6 @@ from django.apps import AppConfig
 class ApprovalsConfig(AppConfig):
     name = "approvals"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from approvals import checks  # noqa: F401 (registers the checks)
