@@ -108,7 +108,8 @@ def redis_channel_layer(url: str) -> dict[str, Any]:
     timeout is also 5 s: an idle receive could time out just as Redis answered, and the
     socket's consumer would die with it. Reads get more than that. redis-py's default pool of
     100 connections refuses a burst of agents joining their groups at once (seen with 300):
-    the pool gets more room. And see ``CHANNEL_CAPACITY``.
+    the pool gets more room, and a command waits for a free connection rather than fail
+    (``config.layers.WaitingRedisChannelLayer``). And see ``CHANNEL_CAPACITY``.
     """
     host = {
         "address": url,
@@ -117,6 +118,6 @@ def redis_channel_layer(url: str) -> dict[str, Any]:
         "max_connections": REDIS_MAX_CONNECTIONS,
     }
     return {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "config.layers.WaitingRedisChannelLayer",
         "CONFIG": {"hosts": [host], "capacity": CHANNEL_CAPACITY},
     }

@@ -7,8 +7,10 @@ import uuid
 
 import pytest
 from channels_redis.core import RedisChannelLayer
+from redis.exceptions import MaxConnectionsError
 
 from config.env import redis_channel_layer
+from config.layers import WaitingRedisChannelLayer
 from tests.local_redis import requires_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/6"
@@ -19,7 +21,37 @@ pytestmark = requires_redis
 
 
 def _layer() -> RedisChannelLayer:
-    return RedisChannelLayer(**redis_channel_layer(REDIS_URL)["CONFIG"])
+    return WaitingRedisChannelLayer(**redis_channel_layer(REDIS_URL)["CONFIG"])
+
+
+def test_the_settings_use_the_waiting_layer() -> None:
+    assert redis_channel_layer(REDIS_URL)["BACKEND"] == "config.layers.WaitingRedisChannelLayer"
+
+
+async def _join_all(layer: RedisChannelLayer, count: int) -> list[BaseException | None]:
+    groups = [f"call.{uuid.uuid4()}" for _ in range(count)]
+    channels = [f"specific.{uuid.uuid4().hex}!x" for _ in groups]
+    outcomes: list[BaseException | None] = await asyncio.gather(
+        *(layer.group_add(g, c) for g, c in zip(groups, channels, strict=True)),
+        return_exceptions=True,
+    )
+    return outcomes
+
+
+@pytest.mark.asyncio
+async def test_a_burst_larger_than_the_pool_waits_for_connections_instead_of_failing() -> None:
+    config = redis_channel_layer(REDIS_URL)["CONFIG"]
+    config["hosts"] = [{**config["hosts"][0], "max_connections": 4}]
+    for layer_class, fails in ((RedisChannelLayer, True), (WaitingRedisChannelLayer, False)):
+        layer = layer_class(**config)
+        try:
+            outcomes = await _join_all(layer, 200)
+        finally:
+            await layer.flush()
+            await layer.close_pools()
+        failed = [o for o in outcomes if isinstance(o, MaxConnectionsError)]
+        assert bool(failed) is fails, layer_class
+        assert all(o is None or isinstance(o, MaxConnectionsError) for o in outcomes)
 
 
 @pytest.mark.asyncio
