@@ -71,7 +71,7 @@ def _required_approvals(call: Call) -> int:
         return 1
     names = ", ".join(["%s"] * len(call.gates))
     ((required,),) = sql.rows(_REQUIRED_APPROVALS.format(names=names), call.gates)
-    return int(required or 1)
+    return 1 if required is None else int(required)  # None: no gate configured
 
 
 def _call_locked(call_id: uuid.UUID) -> Call | None:
@@ -79,7 +79,7 @@ def _call_locked(call_id: uuid.UUID) -> Call | None:
     read = _CALL_READ.format(columns=sql.columns(of))
     if connection.features.has_select_for_update:
         read += " FOR UPDATE"
-    found = sql.fetch(read, [sql.prepared(of[0], call_id)], of)
+    found = sql.fetch(read, [sql.prepared(sql.fields(Call, "id")[0], call_id)], of)
     return sql.instance(Call, of, found[0]) if found else None
 
 
