@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import Client
+from django.test.client import ClientHandler
 
 from approvals.models import Agent, AgentToken, Call, LedgerEntry
 from approvals.services.rules import cap_rule_save
@@ -59,10 +60,17 @@ def _race(count: int, request: Callable[[Client], int]) -> list[int]:
     statuses: list[int] = []
     errors: list[BaseException] = []
     start = threading.Barrier(count)
+    # One handler for all the threads, as a server has, its middleware loaded before the
+    # race. A client per thread loading its own at the race's start (WhiteNoise scans the
+    # static files) starved the requests holding database connections of the GIL, and the
+    # rest timed out waiting for the pool.
+    handler = ClientHandler()
+    handler.load_middleware()
 
     def run() -> None:
         try:
             client = Client(HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+            client.handler = handler
             start.wait()
             statuses.append(request(client))
         except BaseException as error:
