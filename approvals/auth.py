@@ -20,9 +20,10 @@ _EVERY_PERMISSION = """
 SELECT ct.app_label, p.codename FROM auth_permission p
 JOIN django_content_type ct ON ct.id = p.content_type_id
 """
-_PERMISSIONS_OF = """
-SELECT ct.app_label, p.codename FROM auth_permission p
-JOIN django_content_type ct ON ct.id = p.content_type_id
+# A constant added to a constant: nothing here comes in.
+_PERMISSIONS_OF = (
+    _EVERY_PERMISSION  # noqa: S608
+    + """
 WHERE p.id IN (
     SELECT permission_id FROM auth_user_user_permissions WHERE user_id = %s
     UNION
@@ -31,6 +32,7 @@ WHERE p.id IN (
     WHERE ug.user_id = %s
 )
 """
+)
 _PERSON = "SELECT {columns} FROM auth_user WHERE id = %s"
 
 

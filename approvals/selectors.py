@@ -88,12 +88,16 @@ def _recorded_within(window: capcore.Window | None, now: datetime) -> Q:
 LedgerIdentity = tuple[str, str, str]  # a Ledger row's rule, currency and key digest
 
 
+def ledger_identity(key: capcore.LedgerKey) -> LedgerIdentity:
+    """The identity of a key's Ledger row (an unkeyed ledger is stored with an empty digest)."""
+    return (key.rule, key.currency, key.key_digest or "")
+
+
 def ledger_identities(
     keys: Iterable[capcore.LedgerKey],
 ) -> tuple[dict[LedgerIdentity, capcore.LedgerKey], Q]:
-    """The keys by their rows' identity, and a filter for those rows (an unkeyed ledger is
-    stored with an empty digest)."""
-    by_identity = {(key.rule, key.currency, key.key_digest or ""): key for key in keys}
+    """The keys by their rows' identity, and a filter for those rows."""
+    by_identity = {ledger_identity(key): key for key in keys}
     named = Q()
     for rule, currency, key_digest in by_identity:
         named |= Q(rule=rule, currency=currency, key_digest=key_digest)

@@ -90,6 +90,13 @@ def fetch(sql: str, params: Sequence[Any], of: Sequence[AnyField]) -> list[list[
     return [converted(row, of) for row in rows(sql, params)]
 
 
+def locking(query: str) -> str:
+    """The query locking the rows it reads until the transaction ends: ``FOR UPDATE`` where
+    the database has it. SQLite has none, and needs none: its ``IMMEDIATE`` transactions
+    hold the whole database's write lock (settings)."""
+    return query + " FOR UPDATE" if connection.features.has_select_for_update else query
+
+
 def execute(sql: str, params: Sequence[Any]) -> int:
     """Run a statement that returns no rows; how many rows it changed."""
     with connection.cursor() as cursor:

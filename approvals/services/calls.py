@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 from django.utils import timezone
 
 import capcore
@@ -74,13 +74,11 @@ def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, 
     """
     if not keys:
         return {}
-    wanted = {(k.rule, k.currency, k.key_digest or ""): k for k in keys}
+    wanted = {selectors.ledger_identity(key): key for key in keys}
     params = [value for identity in sorted(wanted) for value in identity]
     sql.execute(_LEDGERS_CREATE.format(rows=", ".join(["(%s, %s, %s)"] * len(wanted))), params)
-    read = _LEDGERS_READ.format(named=" OR ".join([_LEDGER_NAMED] * len(wanted)))
     # PostgreSQL locks the rows as the sort emits them: always in this order.
-    if connection.features.has_select_for_update:
-        read += " FOR UPDATE"
+    read = sql.locking(_LEDGERS_READ.format(named=" OR ".join([_LEDGER_NAMED] * len(wanted))))
     of = sql.fields(Ledger, "id", "rule", "currency", "key_digest")
     ledgers = {}
     for values in sql.fetch(read, params, of):

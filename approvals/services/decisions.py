@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import connection
 from django.utils import timezone
 
 import capcore
@@ -74,12 +74,15 @@ def _required_approvals(call: Call) -> int:
     return 1 if required is None else int(required)  # None: no gate configured
 
 
+def _call_key(call_id: uuid.UUID) -> Any:
+    return sql.prepared(sql.fields(Call, "id")[0], call_id)
+
+
 def _call_locked(call_id: uuid.UUID) -> Call | None:
     of = sql.fields(Call)
-    read = _CALL_READ.format(columns=sql.columns(of))
-    if connection.features.has_select_for_update:
-        read += " FOR UPDATE"
-    found = sql.fetch(read, [sql.prepared(sql.fields(Call, "id")[0], call_id)], of)
+    found = sql.fetch(
+        sql.locking(_CALL_READ.format(columns=sql.columns(of))), [_call_key(call_id)], of
+    )
     return sql.instance(Call, of, found[0]) if found else None
 
 
@@ -90,9 +93,8 @@ def _approvals(call: Call) -> list[Approval]:
         approval_columns=sql.columns(approval_fields, "a"),
         user_columns=sql.columns(user_fields, "u"),
     )
-    call_key = sql.prepared(sql.fields(Call, "id")[0], call.pk)
     approvals, split = [], len(approval_fields)
-    for values in sql.fetch(read, [call_key], approval_fields + user_fields):
+    for values in sql.fetch(read, [_call_key(call.pk)], approval_fields + user_fields):
         approval: Approval = sql.instance(Approval, approval_fields, values[:split])
         approval.user = sql.instance(User, user_fields, values[split:])
         approvals.append(approval)
