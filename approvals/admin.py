@@ -14,9 +14,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
-from django.core import serializers
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
 from django.db import models, transaction
 from django.db.models import QuerySet, Sum
 from django.http import HttpRequest, HttpResponse
@@ -24,7 +22,6 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 import capcore
-from approvals import selectors
 from approvals.models import (
     Agent,
     AgentToken,
@@ -38,16 +35,19 @@ from approvals.models import (
     PermissionRule,
     ToolClass,
 )
-from approvals.selectors import stored_rule
+from approvals.selectors.ledgers import ledger_spent
+from approvals.selectors.rules import stored_rule
 from approvals.services.agents import agent_token_issue, agent_token_revoke
+from approvals.services.audit import audit_object_type, audit_record, audit_snapshot
 from approvals.services.ledgers import ledger_entry_void
 from approvals.services.rules import budget_save, cap_rule_save, rules_file_text
+from capcore.rules import NAME
 
 RENAME_HELP = (
     "The rule's ledger is kept by its name: editing the limit or window keeps the running "
     "totals, renaming the rule starts a new, empty ledger."
 )
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z"
+BAD_GATE_NAME = "a gate name is a letter or digit, then letters, digits, '_', '.' or '-'"
 
 
 # --- Audit ----------------------------------------------------------------------------------
@@ -58,50 +58,55 @@ def _user(request: HttpRequest) -> User | None:
     return user if isinstance(user, User) else None
 
 
-def _snapshot(obj: models.Model) -> str:
-    return str(serializers.serialize("json", [obj]))
-
-
 def _stored_snapshot(obj: models.Model) -> str:
     """The row as the database holds it (the form has already changed ``obj`` in memory)."""
     stored = type(obj)._default_manager.filter(pk=obj.pk).first()
-    return "" if stored is None else _snapshot(stored)
+    return "" if stored is None else audit_snapshot(stored)
 
 
-def _audit(
-    request: HttpRequest, action: str, obj: models.Model, object_id: Any, before: str, after: str
+def _saved_action(change: bool) -> AuditEntry.Action:
+    return AuditEntry.Action.ADMIN_CHANGE if change else AuditEntry.Action.ADMIN_ADD
+
+
+def _audit_saved(
+    request: HttpRequest, obj: models.Model, change: bool, before: str, after: str
 ) -> None:
-    AuditEntry.objects.create(
-        at=timezone.now(),
+    audit_record(
+        action=_saved_action(change), obj=obj, user=_user(request), before=before, after=after
+    )
+
+
+def _audit_deleted(request: HttpRequest, obj: models.Model, object_id: Any, before: str) -> None:
+    audit_record(
+        action=AuditEntry.Action.ADMIN_DELETE,
+        object_type=audit_object_type(type(obj)),
+        object_id=object_id,
         user=_user(request),
-        action=action,
-        object_type=obj._meta.model_name or type(obj).__name__,
-        object_id=str(object_id),
         before=before,
-        after=after,
     )
 
 
 class AuditedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Every add, change and delete made here writes an audit entry with who made it and the
-    object before and after (as Django's JSON serialization)."""
+    """Every add, change and delete made here writes one audit entry with who made it and the
+    object before and after (as Django's JSON serialization). An admin whose model has a
+    service that writes the entry itself overrides ``save_model`` to call it instead."""
 
     def persist(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        """Save ``obj``; admins whose model has a service override this to call it."""
+        """Save ``obj``; an admin whose model has a service that does not audit overrides
+        this to call it."""
         obj.save()
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         with transaction.atomic():
             before = _stored_snapshot(obj) if change and obj.pk is not None else ""
             self.persist(request, obj, form, change)
-            action = "admin change" if change else "admin add"
-            _audit(request, action, obj, obj.pk, before, _snapshot(obj))
+            _audit_saved(request, obj, change, before, audit_snapshot(obj))
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         with transaction.atomic():
-            object_id, before = obj.pk, _snapshot(obj)
+            object_id, before = obj.pk, audit_snapshot(obj)
             obj.delete()
-            _audit(request, "admin delete", obj, object_id, before, "")
+            _audit_deleted(request, obj, object_id, before)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         with transaction.atomic():
@@ -200,8 +205,9 @@ class CapRuleAdmin(AuditedAdmin):
     ordering = ("name_folded",)
     actions = ["export_rules_file"]
 
-    def persist(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        # Through the service: the gates the rule names are created, and the save is audited.
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        # Through the service: the gates the rule names are created, and it writes the one
+        # audit entry of the save.
         cap_rule_save(
             line=form.cleaned_data["line"],
             enabled=obj.enabled,
@@ -382,16 +388,17 @@ class AgentTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 # --- Gates, tool classes, permission rules, budgets ----------------------------------------
 
 
+def _gate_name(value: str) -> None:
+    """The names a rule's ``-> gate <name>`` accepts (capcore's grammar)."""
+    if NAME.fullmatch(value) is None:
+        raise ValidationError(BAD_GATE_NAME, code="invalid")
+
+
 class GateForm(forms.ModelForm):  # type: ignore[type-arg]
     name = forms.CharField(
         required=False,
         max_length=64,
-        validators=[
-            RegexValidator(
-                NAME_PATTERN,
-                "a gate name is a letter or digit, then letters, digits, '_', '.' or '-'",
-            )
-        ],
+        validators=[_gate_name],
         help_text="Empty is the default gate, which always exists.",
     )
 
@@ -530,7 +537,7 @@ class LedgerAdmin(ReadOnlyAdmin):
         rule = _ledger_rule(obj)
         if rule is None:
             return "— (no such rule, or it no longer parses)"
-        spent = selectors.ledger_spent(ledger=obj, window=rule.window, now=timezone.now())
+        spent = ledger_spent(ledger=obj, window=rule.window, now=timezone.now())
         window = "all time" if rule.window is None else rule.window.to_text()
         return f"{_ledger_amount(obj, rule, spent)} ({window})"
 
@@ -583,7 +590,11 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     """The append-only audit log: nobody adds, changes or deletes an entry here."""
 
     list_display = ("at", "action", "object_type", "object_id", "user", "agent")
-    list_filter = ("action", "object_type")
+    # The values stored, not the choices: older entries keep older spellings ("caprule").
+    list_filter = (
+        ("action", admin.AllValuesFieldListFilter),
+        ("object_type", admin.AllValuesFieldListFilter),
+    )
     search_fields = ("object_id", "action")
     date_hierarchy = "at"
     ordering = ("-at", "-pk")
@@ -627,13 +638,12 @@ class _AccessAuditedAdmin:
         super().save_related(request, form, formsets, change)  # type: ignore[misc]
         obj = form.instance
         before = getattr(request, "_audit_before", "")
-        action = "admin change" if change else "admin add"
-        _audit(request, action, obj, obj.pk, before, self.snapshot(obj))
+        _audit_saved(request, obj, change, before, self.snapshot(obj))
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         object_id, before = obj.pk, self.snapshot(obj)
         super().delete_model(request, obj)  # type: ignore[misc]
-        _audit(request, "admin delete", obj, object_id, before, "")
+        _audit_deleted(request, obj, object_id, before)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         with transaction.atomic():

@@ -1,93 +1,71 @@
-"""The agent HTTP API (``agent-api.md``), served by django-ninja under ``/api/v1``.
+"""The agent HTTP API (docs/api.md), served by django-ninja under ``/api/v1``: the routes.
 
-The body is read with ``capcore.strict_loads`` and its fields are checked by exact type here:
-pydantic would take ``"tool": 123`` as ``"123"`` (``JSONNumber`` is a ``str``). Every error is
-``{"error": {"code", "message"}}`` and no message repeats what the agent sent.
+Who is calling is ``agent_auth``'s to say, the submit body is read by
+``services.submissions``, and the OpenAPI document's shapes are in ``openapi``. Every refusal
+is an ``errors.ApiError``, answered as ``{"error": {"code", "message"}}`` — never in ninja's
+own formats (a ``422``, a ``401`` without ``WWW-Authenticate``, an HTML ``404``).
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import re
 import uuid
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
-from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.security import HttpBearer
+from ninja.errors import HttpError, ValidationError
+from ninja.security.http import HttpAuthBase
 
 import capcore
-from approvals import jsontext, selectors
-from approvals.models import Agent, Call
-from approvals.ratelimit import LimiterUnavailable, submission_limiter
-from approvals.services.agents import agent_authenticate
-from approvals.services.calls import IdempotencyConflict, Submission, call_submit
-from approvals.services.lifecycle import AlreadyFinal, call_cancel
-
-TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,127}", re.ASCII)
-TOKEN_COUNT = re.compile(r"0|[1-9][0-9]{0,18}", re.ASCII)
-BODY_FIELDS = frozenset({"tool", "arguments", "principal", "run_id", "usage", "context"})
-USAGE_FIELDS = frozenset({"input_tokens", "output_tokens", "cost", "cost_currency"})
-TEXT_LIMITS = {"principal": 200, "run_id": 200, "context": 4000}
-LIST_STATUSES = frozenset(
-    {"allowed", "refused", "pending", "approved", "denied", "expired", "cancelled"}
+from approvals.agent_auth import bearer_agent, request_authorization
+from approvals.errors import (
+    ALREADY_FINAL,
+    BAD_QUERY,
+    IDEMPOTENCY_CONFLICT,
+    LIMITER_UNAVAILABLE,
+    NO_SUCH_ENDPOINT,
+    NOT_FOUND,
+    RATE_LIMITED,
+    REQUEST_FAILED,
+    ApiError,
+    Code,
+    error_response,
 )
-MAX_IDEMPOTENCY_KEY = 200
-MAX_OFFSET = 10**9
-DEFAULT_WAIT = 25  # seconds, when the long-poll names no timeout
-# JSON Schema's pattern for a text that PostgreSQL can store (it refuses U+0000).
-NO_NUL = "^[^\\u0000]*$"
+from approvals.models import Agent, Call
+from approvals.openapi import (
+    ERRORS,
+    NO_NUL,
+    CallListOut,
+    CallStateOut,
+    ErrorOut,
+    documented,
+    submit_body,
+    wait_operation,
+)
+from approvals.ratelimit import LimiterUnavailable, submission_limiter
+from approvals.selectors.calls import call_for_agent, call_state, calls_for_agent
+from approvals.services.calls import IdempotencyConflict, call_submit
+from approvals.services.lifecycle import AlreadyFinal, call_cancel
+from approvals.services.submissions import submission_parse
 
-BODY_NOT_STRICT = "The request body is not strict JSON: {category}."
-BODY_NOT_OBJECT = "The request body must be a JSON object."
-UNKNOWN_FIELD = "The request body has a member that is not part of the API."
-BAD_TOOL = "tool must be a string matching [A-Za-z0-9_][A-Za-z0-9_.:/-]{0,127}."
-BAD_ARGUMENTS = "arguments must be a JSON string or a JSON object."
-BAD_TEXT = "{field} must be a string of at most {limit} characters."
-NUL_CHARACTER = "Text fields and arguments must not contain U+0000."
-BAD_USAGE = "usage must be an object with non-negative integer token counts, a cost as a "
-BAD_USAGE += "decimal string with at most 9 fraction digits, and a known cost_currency."
-PRINCIPAL_FORBIDDEN = "This agent may not act for that principal."
-IDEMPOTENCY_CONFLICT = "This Idempotency-Key was used with a different request body."
-BAD_IDEMPOTENCY_KEY = "Idempotency-Key must be at most 200 characters."
-NOT_FOUND = "No such call."
-ALREADY_FINAL = "The call is already final."
-BAD_QUERY = "A query parameter is malformed or out of range."
-UNAUTHENTICATED = "A valid bearer token is required."
-AGENT_DISABLED = "This agent is disabled."
-RATE_LIMITED = "Too many submissions from this agent; retry after the Retry-After seconds."
-LIMITER_UNAVAILABLE = "The rate limit cannot be checked just now; nothing was stored. Retry."
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 100
+MAX_OFFSET = 10**9
 UNAVAILABLE_RETRY_AFTER = 1  # seconds
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(code)
-        self.status, self.code, self.message = status, code, message
+class AgentBearer(HttpAuthBase):
+    """The agent of the request's bearer token (``agent_auth``); a refusal is raised as an
+    ``ApiError``. Not ninja's ``HttpBearer``, which logs the header (the token) in DEBUG and
+    reads the headers Django has joined."""
 
+    openapi_scheme = "bearer"
 
-def error_response(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
-
-
-class AgentBearer(HttpBearer):
-    def __call__(self, request: HttpRequest) -> Agent | None:
-        # Parsed here rather than by HttpBearer, which logs the header (the token) in DEBUG.
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
-        return self.authenticate(request, token)
-
-    def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
-        agent = agent_authenticate(token=token)
-        if agent is not None and not agent.active:
-            raise ApiError(403, "agent_disabled", AGENT_DISABLED)
-        return agent
+    def __call__(self, request: HttpRequest) -> Agent:
+        return bearer_agent(authorization=request_authorization(request))
 
 
 class CountersignAPI(NinjaAPI):
@@ -111,222 +89,20 @@ api = CountersignAPI(
     auth=AgentBearer(),
 )
 
-CALL_STATE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["id", "status", "tool", "principal", "run_id", "arguments_sha256", "reasons"],
-    "properties": {
-        "id": {"type": "string", "format": "uuid"},
-        "status": {"type": "string", "enum": sorted(LIST_STATUSES)},
-        "tool": {"type": "string"},
-        "principal": {"type": "string"},
-        "run_id": {"type": "string"},
-        "arguments_sha256": {"type": "string"},
-        "reasons": {"type": "array", "items": {"type": "object"}},
-        "gates": {"type": "array", "items": {"type": "string"}},
-        "approvals": {"type": "array", "items": {"type": "object"}},
-        "decision": {"type": ["object", "null"]},
-        "created_at": {"type": "string", "format": "date-time"},
-        "expires_at": {"type": ["string", "null"], "format": "date-time"},
-        "links": {"type": "object"},
-    },
-}
-ERROR_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-        }
-    },
-}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-ERRORS = {
-    str(status): _json(ERROR_SCHEMA, text)
-    for status, text in [
-        (400, "Malformed"),
-        (401, "No valid token"),
-        (403, "Forbidden"),
-        (404, "No such call"),
-    ]
-}
-
-
-def wait_operation() -> dict[str, Any]:
-    """The long-poll's entry, with the maximum wait this deployment allows."""
-    timeout = {"type": "integer", "minimum": 0, "maximum": settings.COUNTERSIGN_MAX_WAIT}
-    return {
-        "get": {
-            "operationId": "calls_wait",
-            "summary": "Wait until the call is final, or for `timeout` seconds",
-            "security": [{"AgentBearer": []}],
-            "parameters": [
-                {"name": "call_id", "in": "path", "required": True, "schema": {"type": "string"}},
-                {
-                    "name": "timeout",
-                    "in": "query",
-                    "required": False,
-                    "schema": {**timeout, "default": default_wait()},
-                },
-            ],
-            "responses": {"200": _json(CALL_STATE_SCHEMA, "The call state"), **ERRORS},
-        }
-    }
-
-
-def default_wait() -> int:
-    return min(DEFAULT_WAIT, settings.COUNTERSIGN_MAX_WAIT)
-
-
-SUBMIT_BODY: dict[str, Any] = {
-    "required": True,
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["tool", "arguments"],
-                "properties": {
-                    "tool": {"type": "string", "pattern": f"^{TOOL_NAME.pattern}$"},
-                    "arguments": {
-                        "oneOf": [{"type": "string", "pattern": NO_NUL}, {"type": "object"}]
-                    },
-                    "principal": {"type": "string", "maxLength": 200, "pattern": NO_NUL},
-                    "run_id": {"type": "string", "maxLength": 200, "pattern": NO_NUL},
-                    "context": {"type": "string", "maxLength": 4000, "pattern": NO_NUL},
-                    "usage": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "input_tokens": {"type": "integer", "minimum": 0},
-                            "output_tokens": {"type": "integer", "minimum": 0},
-                            "cost": {"type": "string"},
-                            "cost_currency": {"type": "string"},
-                        },
-                    },
-                },
-            }
-        }
-    },
-}
-
 
 @api.exception_handler(ApiError)
 def _api_error(request: HttpRequest, error: ApiError) -> HttpResponse:
-    return error_response(error.status, error.code, error.message)
-
-
-@api.exception_handler(AuthenticationError)
-def _unauthenticated(request: HttpRequest, error: AuthenticationError) -> HttpResponse:
-    response = error_response(401, "unauthenticated", UNAUTHENTICATED)
-    response["WWW-Authenticate"] = "Bearer"
-    return response
+    return error_response(error)
 
 
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, error: ValidationError) -> HttpResponse:
-    return error_response(400, "bad_request", BAD_QUERY)
+    return error_response(ApiError(400, Code.BAD_REQUEST, BAD_QUERY))
 
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
-    return error_response(error.status_code, "error", "The request failed.")
-
-
-# --- reading the submit body --------------------------------------------------------------
-
-
-def _text_field(body: dict[str, object], field: str, default: str) -> str:
-    value = body.get(field, default)
-    limit = TEXT_LIMITS[field]
-    if type(value) is not str or len(value) > limit:
-        raise ApiError(400, "bad_request", BAD_TEXT.format(field=field, limit=limit))
-    return value
-
-
-def _usage(body: dict[str, object]) -> capcore.Usage:
-    raw = body.get("usage", {})
-    if type(raw) is not dict or not USAGE_FIELDS.issuperset(raw):
-        raise ApiError(400, "bad_request", BAD_USAGE)
-    tokens = 0
-    for field in ("input_tokens", "output_tokens"):
-        count = raw.get(field, capcore.JSONNumber("0"))
-        if type(count) is not capcore.JSONNumber or not TOKEN_COUNT.fullmatch(count):
-            raise ApiError(400, "bad_request", BAD_USAGE)
-        tokens += int(count)
-    if tokens > capcore.INT64_MAX:  # the run counter is a 64-bit column
-        raise ApiError(400, "bad_request", BAD_USAGE)
-    cost, currency = raw.get("cost"), raw.get("cost_currency")
-    if cost is None and currency is None:
-        return capcore.Usage(tokens=tokens)
-    try:
-        if type(cost) is not str or type(currency) is not str:
-            raise capcore.AmountType("cost needs cost_currency")
-        capcore.exponent(currency)
-        return capcore.Usage(tokens=tokens, cost=capcore.cost_parse(cost), cost_currency=currency)
-    except capcore.CapcoreError:
-        raise ApiError(400, "bad_request", BAD_USAGE) from None
-
-
-def _principal_allowed(agent: Agent, principal: str) -> bool:
-    if principal == agent.principal:
-        return True
-    patterns = [p.strip() for p in agent.allowed_principals.split(",") if p.strip()]
-    return any(fnmatch.fnmatchcase(principal, pattern) for pattern in patterns)
-
-
-def _submission(request: HttpRequest, agent: Agent) -> Submission:
-    try:
-        body = capcore.strict_loads(request.body)
-    except capcore.ArgsNotStrict as error:
-        raise ApiError(
-            400, "bad_request", BODY_NOT_STRICT.format(category=error.category)
-        ) from None
-    if type(body) is not dict:
-        raise ApiError(400, "bad_request", BODY_NOT_OBJECT)
-    if not BODY_FIELDS.issuperset(body):
-        raise ApiError(400, "bad_request", UNKNOWN_FIELD)
-    tool = body.get("tool")
-    if type(tool) is not str or not TOOL_NAME.fullmatch(tool):
-        raise ApiError(400, "bad_request", BAD_TOOL)
-    raw_arguments = body.get("arguments")
-    if type(raw_arguments) is str:
-        arguments = raw_arguments
-    elif type(raw_arguments) is dict:
-        arguments = jsontext.compact(raw_arguments)
-    else:
-        raise ApiError(400, "bad_request", BAD_ARGUMENTS)
-    principal = _text_field(body, "principal", agent.principal)
-    run_id = _text_field(body, "run_id", "")
-    context = _text_field(body, "context", "")
-    # PostgreSQL cannot store U+0000; the escape \u0000 inside the arguments' JSON is fine.
-    if any("\x00" in text for text in (tool, arguments, principal, run_id, context)):
-        raise ApiError(400, "bad_request", NUL_CHARACTER)
-    usage = _usage(body)
-    if not _principal_allowed(agent, principal):
-        raise ApiError(403, "principal_forbidden", PRINCIPAL_FORBIDDEN)
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and (len(key) > MAX_IDEMPOTENCY_KEY or "\x00" in key):
-        raise ApiError(400, "bad_request", BAD_IDEMPOTENCY_KEY)
-    return Submission(
-        tool=tool,
-        arguments=arguments,
-        principal=principal,
-        run_id=run_id,
-        context=context,
-        usage=usage,
-        idempotency_key=key,
-        request_sha256=hashlib.sha256(request.body).hexdigest(),
-    )
-
-
-# --- endpoints ----------------------------------------------------------------------------
+    return error_response(ApiError(error.status_code, Code.ERROR, REQUEST_FAILED))
 
 
 def _agent(request: HttpRequest) -> Agent:
@@ -339,29 +115,37 @@ def _own_call(request: HttpRequest, call_id: str) -> Call:
     try:
         parsed = uuid.UUID(call_id)
     except ValueError:
-        raise ApiError(404, "not_found", NOT_FOUND) from None
-    call = selectors.call_for_agent(agent=_agent(request), call_id=parsed)
+        raise ApiError(404, Code.NOT_FOUND, NOT_FOUND) from None
+    call = call_for_agent(agent=_agent(request), call_id=parsed)
     if call is None:
-        raise ApiError(404, "not_found", NOT_FOUND)
+        raise ApiError(404, Code.NOT_FOUND, NOT_FOUND)
     return call
 
 
-# The 200 responses below are keyed by the int 200, as ninja keys its own default response:
-# a "200" string would sit next to it, and the duplicate key breaks Swagger UI's parser.
+def _bounded_int(raw: str | None, default: int, low: int, high: int) -> int:
+    if raw is None:
+        return default
+    if not re.fullmatch(r"[0-9]{1,10}", raw, re.ASCII) or not low <= int(raw) <= high:
+        raise ApiError(400, Code.BAD_REQUEST, BAD_QUERY)
+    return int(raw)
+
+
+# The statuses are ints, as ninja keys its own: a "200" string beside ninja's 200 would be a
+# duplicate key, which breaks Swagger UI's parser.
 @api.post(
     "/calls",
     summary="Submit a tool call",
-    openapi_extra={
-        "requestBody": SUBMIT_BODY,
-        "responses": {
-            "201": _json(CALL_STATE_SCHEMA, "A new call"),
-            200: _json(CALL_STATE_SCHEMA, "An idempotent replay"),
-            "409": _json(ERROR_SCHEMA, "Idempotency-Key reused with another body"),
-            "429": _json(ERROR_SCHEMA, "Rate limited; see Retry-After"),
-            "503": _json(ERROR_SCHEMA, "The rate limit cannot be checked; retry"),
+    **documented(
+        {
+            201: (CallStateOut, "A new call"),
+            200: (CallStateOut, "An idempotent replay"),
+            409: (ErrorOut, "Idempotency-Key reused with another body"),
+            429: (ErrorOut, "Rate limited; see Retry-After"),
+            503: (ErrorOut, "The rate limit cannot be checked; retry"),
             **ERRORS,
         },
-    },
+        requestBody=submit_body(),
+    ),
 )
 def calls_submit(request: HttpRequest) -> HttpResponse:
     agent = _agent(request)
@@ -370,127 +154,97 @@ def calls_submit(request: HttpRequest) -> HttpResponse:
         retry_after = None if limiter is None else limiter.hit(f"agent:{agent.pk}")
     except LimiterUnavailable:
         # Fail-closed: an uncounted submission could be one over the limit.
-        response = error_response(503, "unavailable", LIMITER_UNAVAILABLE)
-        response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
-        return response
+        raise ApiError(
+            503, Code.UNAVAILABLE, LIMITER_UNAVAILABLE, retry_after=UNAVAILABLE_RETRY_AFTER
+        ) from None
     if retry_after is not None:
-        response = error_response(429, "rate_limited", RATE_LIMITED)
-        response["Retry-After"] = str(retry_after)
-        return response
+        raise ApiError(429, Code.RATE_LIMITED, RATE_LIMITED, retry_after=retry_after)
+    submission = submission_parse(
+        agent=agent, body=request.body, idempotency_key=request.headers.get("Idempotency-Key")
+    )
     try:
-        call, created = call_submit(agent=agent, submission=_submission(request, agent))
+        call, created = call_submit(agent=agent, submission=submission)
     except IdempotencyConflict:
-        raise ApiError(409, "idempotency_conflict", IDEMPOTENCY_CONFLICT) from None
+        raise ApiError(409, Code.IDEMPOTENCY_CONFLICT, IDEMPOTENCY_CONFLICT) from None
     if created:
         # As committed; anything that happens to it later reaches the agent as it waits.
-        return JsonResponse(selectors.call_state(call), status=201)
-    replayed = selectors.call_for_agent(agent=agent, call_id=call.pk)
+        return JsonResponse(call_state(call), status=201)
+    replayed = call_for_agent(agent=agent, call_id=call.pk)
     assert replayed is not None
-    return JsonResponse(selectors.call_state(replayed), status=200)
+    return JsonResponse(call_state(replayed), status=200)
 
 
 @api.get(
     "/calls/{call_id}",
     summary="The call state",
-    openapi_extra={"responses": {200: _json(CALL_STATE_SCHEMA, "The call state"), **ERRORS}},
+    **documented({200: (CallStateOut, "The call state"), **ERRORS}),
 )
 def calls_get(request: HttpRequest, call_id: str) -> HttpResponse:
-    return JsonResponse(selectors.call_state(_own_call(request, call_id)))
+    return JsonResponse(call_state(_own_call(request, call_id)))
 
 
 @api.post(
     "/calls/{call_id}/cancel",
     summary="Withdraw a pending call",
-    openapi_extra={
-        "responses": {
-            200: _json(CALL_STATE_SCHEMA, "The cancelled call"),
-            "409": _json(ERROR_SCHEMA, "Already final"),
+    **documented(
+        {
+            200: (CallStateOut, "The cancelled call"),
+            409: (ErrorOut, "Already final"),
             **ERRORS,
         }
-    },
+    ),
 )
 def calls_cancel(request: HttpRequest, call_id: str) -> HttpResponse:
     call = _own_call(request, call_id)
     try:
         call_cancel(agent=_agent(request), call_id=call.pk)
     except AlreadyFinal:
-        raise ApiError(409, "already_final", ALREADY_FINAL) from None
-    return JsonResponse(selectors.call_state(_own_call(request, call_id)))
+        raise ApiError(409, Code.ALREADY_FINAL, ALREADY_FINAL) from None
+    return JsonResponse(call_state(_own_call(request, call_id)))
 
 
-def _bounded_int(raw: str | None, default: int, low: int, high: int) -> int:
-    if raw is None:
-        return default
-    if not re.fullmatch(r"[0-9]{1,10}", raw, re.ASCII) or not low <= int(raw) <= high:
-        raise ApiError(400, "bad_request", BAD_QUERY)
-    return int(raw)
+def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "schema": schema}
 
 
 @api.get(
     "/calls",
     summary="This agent's calls, newest first",
-    openapi_extra={
-        "parameters": [
-            {
-                "name": "status",
-                "in": "query",
-                "schema": {"type": "string", "enum": sorted(LIST_STATUSES)},
-            },
-            {"name": "run_id", "in": "query", "schema": {"type": "string", "pattern": NO_NUL}},
-            {
-                "name": "limit",
-                "in": "query",
-                "schema": {"type": "integer", "minimum": 1, "maximum": 100},
-            },
-            {
-                "name": "offset",
-                "in": "query",
-                "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
-            },
+    **documented(
+        {200: (CallListOut, "A page of calls"), **ERRORS},
+        # Read from request.GET below rather than by ninja, whose int parsing is laxer.
+        parameters=[
+            _query("status", {"type": "string", "enum": Call.Status.values}),
+            _query("run_id", {"type": "string", "pattern": NO_NUL}),
+            _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+            _query("offset", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}),
         ],
-        "responses": {
-            200: _json(
-                {
-                    "type": "object",
-                    "properties": {
-                        "items": {"type": "array", "items": CALL_STATE_SCHEMA},
-                        "count": {"type": "integer"},
-                    },
-                },
-                "A page of calls",
-            ),
-            **ERRORS,
-        },
-    },
+    ),
 )
 def calls_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status")
-    if status is not None and status not in LIST_STATUSES:
-        raise ApiError(400, "bad_request", BAD_QUERY)
-    limit = _bounded_int(request.GET.get("limit"), 50, 1, 100)
+    if status is not None and status not in Call.Status.values:
+        raise ApiError(400, Code.BAD_REQUEST, BAD_QUERY)
+    limit = _bounded_int(request.GET.get("limit"), DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _bounded_int(request.GET.get("offset"), 0, 0, MAX_OFFSET)
     run_id = request.GET.get("run_id")
     if run_id is not None and "\x00" in run_id:
-        raise ApiError(400, "bad_request", BAD_QUERY)
-    calls, count = selectors.calls_for_agent(
+        raise ApiError(400, Code.BAD_REQUEST, BAD_QUERY)
+    calls, count = calls_for_agent(
         agent=_agent(request),
         status=status,
         run_id=run_id,
         limit=limit,
         offset=offset,
     )
-    return JsonResponse({"items": [selectors.call_state(c) for c in calls], "count": count})
+    return JsonResponse({"items": [call_state(c) for c in calls], "count": count})
 
 
 @api.get(
     "/currencies",
     auth=None,
     summary="The ISO 4217 exponent table",
-    openapi_extra={
-        "responses": {
-            200: _json({"type": "object", "additionalProperties": {"type": "integer"}}, "Exponents")
-        }
-    },
+    **documented({200: (dict[str, int], "Exponents")}),
 )
 def currencies(request: HttpRequest) -> HttpResponse:
     return JsonResponse(capcore.exponents())
@@ -498,4 +252,4 @@ def currencies(request: HttpRequest) -> HttpResponse:
 
 def api_not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
     """Any other path under /api/ is a JSON 404."""
-    return error_response(404, "not_found", "No such endpoint.")
+    return error_response(ApiError(404, Code.NOT_FOUND, NO_SUCH_ENDPOINT))

@@ -1,4 +1,4 @@
-"""System checks: what the written-out SQL of approvals/sql.py needs of the database."""
+"""System checks: what the written-out SQL of approvals/queries/ needs of the database."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, register
 from django.db import connection
 
-SQLITE_MINIMUM = (3, 35)  # upserts with RETURNING (approvals/services/calls.py)
+SQLITE_MINIMUM = (3, 35)  # upserts with RETURNING (approvals/queries/run_counters.py)
 SQLITE_TOO_OLD = "SQLite {found} is older than 3.35, which counting calls needs (RETURNING)."
 
 

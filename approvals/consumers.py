@@ -1,11 +1,12 @@
 """WebSockets. Agents: one call's state until it is final, or every change to an agent's
 calls. People: the queue and the call page, re-rendered from the database.
 
-Agents authenticate with the handshake's ``Authorization: Bearer`` header only — never a
-session cookie — and face no Origin check (non-browser clients send none). A refusal is a
-close code sent *after* ``accept()``, because daphne turns a close before it into a bare
-HTTP 403. The database is the truth and pushes are hints: each socket joins its group first
-and then reads and sends the current state, so no change is lost between the two.
+Agents authenticate with the handshake's ``Authorization: Bearer`` header only, read as the
+HTTP API reads it (``agent_auth``) — never a session cookie — and face no Origin check
+(non-browser clients send none). A refusal is a close code sent *after* ``accept()``,
+because daphne turns a close before it into a bare HTTP 403. The database is the truth and
+pushes are hints: each socket joins its group first and then reads and sends the current
+state, so no change is lost between the two.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib import import_module
 from typing import Any
@@ -26,25 +26,20 @@ from django.contrib.auth.models import User
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from approvals.agent_auth import bearer_agent, scope_authorization
+from approvals.errors import ApiError
 from approvals.models import Agent, Call
 from approvals.notify import QUEUE_GROUP, agent_group, call_group
-from approvals.selectors import (
-    FINAL_STATUSES,
-    NEVER_HELD,
-    call_for_agent,
-    call_page,
-    call_state,
-    may_view,
-    queue_for_user,
-)
-from approvals.services.agents import agent_authenticate
-from approvals.sweeper import ensure_sweeper_started, expire_due_now
+from approvals.selectors.call_page import call_page
+from approvals.selectors.calls import call_for_agent, call_state
+from approvals.selectors.deciders import may_view
+from approvals.selectors.queue import queue_for_user
+from config.runtime.sweeper import ensure_sweeper_started, expire_due_now
 
 logger = logging.getLogger(__name__)
 
 CLOSE_NORMAL = 1000
 CLOSE_BAD_REQUEST = 4400
-CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 
@@ -56,18 +51,6 @@ EXPIRY_RETRY_SECONDS = 0.5
 RECHECK_SECONDS = 30.0
 
 State = dict[str, Any]
-
-
-def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The token of exactly one ``Authorization: Bearer <token>`` header, else None."""
-    values = [value for name, value in headers if name.lower() == b"authorization"]
-    if len(values) != 1:
-        return None
-    scheme, _, token = values[0].decode("latin-1").strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return token
 
 
 def parse_since(query_string: bytes) -> datetime | None:
@@ -94,8 +77,8 @@ def parse_since(query_string: bytes) -> datetime | None:
 
 
 @database_sync_to_async
-def _agent_by_token(token: str) -> Agent | None:
-    return agent_authenticate(token=token)
+def _agent_of(scope: dict[str, Any]) -> Agent:
+    return bearer_agent(authorization=scope_authorization(scope))
 
 
 @database_sync_to_async
@@ -125,16 +108,12 @@ class _AgentConsumer(AsyncJsonWebsocketConsumer):
 
     async def _authenticate(self) -> Agent | None:
         """The socket's active agent; otherwise the (accepted) socket is closed with
-        ``4401`` (missing or unknown token) or ``4403`` (disabled agent) and this is None."""
-        token = bearer_token(self.scope["headers"])
-        agent = None if token is None else await _agent_by_token(token)
-        if agent is None:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        ``4401`` (no valid token) or ``4403`` (disabled agent) and this is None."""
+        try:
+            return await _agent_of(self.scope)
+        except ApiError as error:
+            await self.close(code=error.close_code)
             return None
-        if not agent.active:
-            await self.close(code=CLOSE_FORBIDDEN)
-            return None
-        return agent
 
     async def _join(self, group: str) -> None:
         # Listed in self.groups, the group is left by websocket_disconnect.
@@ -209,7 +188,7 @@ class AgentCallConsumer(_AgentConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self._last_sent = state
-        if state["status"] in FINAL_STATUSES:
+        if state["status"] in Call.Status.FINAL:
             self._finished = True
             self._stop_timer()
             await self._send_state(state)
@@ -396,7 +375,7 @@ class QueueConsumer(_PageConsumer):
     allowed or refused at once never were in it."""
 
     def _concerns(self, state: State) -> bool:
-        return state.get("status") not in NEVER_HELD
+        return state.get("status") not in Call.Status.NEVER_HELD
 
     async def _push(self) -> None:
         assert self.user_id is not None

@@ -9,11 +9,9 @@ under it as they are: no path is exempt.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
-from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse
-from django.utils.decorators import sync_and_async_middleware
 
 HEADER = "Content-Security-Policy"
 POLICY = "; ".join(
@@ -30,22 +28,16 @@ POLICY = "; ".join(
 )
 
 
-def _with_policy(response: HttpResponse) -> HttpResponse:
-    if HEADER not in response.headers:  # a view may set a stricter one
-        response.headers[HEADER] = POLICY
-    return response
-
-
-@sync_and_async_middleware
-def content_security_policy(get_response: Any) -> Any:
-    if iscoroutinefunction(get_response):
-
-        async def async_middleware(request: HttpRequest) -> HttpResponse:
-            return _with_policy(await get_response(request))
-
-        return async_middleware
+def content_security_policy(
+    get_response: Callable[[HttpRequest], HttpResponse],
+) -> Callable[[HttpRequest], HttpResponse]:
+    """Synchronous: the request thread runs the whole chain (config/runtime/pooled_handler.py),
+    and Django's own handler adapts it."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        return _with_policy(get_response(request))
+        response = get_response(request)
+        if HEADER not in response.headers:  # a view may set a stricter one
+            response.headers[HEADER] = POLICY
+        return response
 
     return middleware

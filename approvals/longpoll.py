@@ -25,47 +25,46 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from approvals import selectors
-from approvals.api import AGENT_DISABLED, BAD_QUERY, NOT_FOUND, UNAUTHENTICATED, default_wait
-from approvals.middleware import Receive, Scope, Send, json_error_bytes, send_json
-from approvals.models import Agent
+from approvals.agent_auth import bearer_agent, scope_authorization
+from approvals.errors import (
+    BAD_QUERY,
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    ApiError,
+    Code,
+    send_error,
+    send_json,
+)
+from approvals.models import Agent, Call
 from approvals.notify import call_group
-from approvals.selectors import FINAL_STATUSES
-from approvals.services.agents import agent_authenticate
-from approvals.sweeper import expire_due_now
+from approvals.selectors.calls import call_for_agent, call_state
+from config.runtime.asgi_types import Receive, Scope, Send
+from config.runtime.sweeper import expire_due_now
 
 WAIT_PATH = re.compile(r"^/api/v1/calls/(?P<call_id>[^/]+)/wait$")
 POLL_SECONDS = 0.5
+DEFAULT_WAIT = 25  # seconds, when the long-poll names no timeout
 
 logger = logging.getLogger(__name__)
 
 
-class _Refusal(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(code)
-        self.status, self.code, self.message = status, code, message
+def default_wait() -> int:
+    return min(DEFAULT_WAIT, settings.COUNTERSIGN_MAX_WAIT)
 
 
-def _read_agent(token: str) -> Agent | None:
+def _read_agent(scope: Scope) -> Agent:
     try:
-        return agent_authenticate(token=token)
+        return bearer_agent(authorization=scope_authorization(scope))
     finally:
         close_old_connections()
 
 
 def _read_state(agent: Agent, call_id: uuid.UUID) -> dict[str, Any] | None:
     try:
-        call = selectors.call_for_agent(agent=agent, call_id=call_id)
-        return None if call is None else selectors.call_state(call)
+        call = call_for_agent(agent=agent, call_id=call_id)
+        return None if call is None else call_state(call)
     finally:
         close_old_connections()
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return ""
 
 
 def _timeout(scope: Scope) -> int:
@@ -74,20 +73,8 @@ def _timeout(scope: Scope) -> int:
         return default_wait()
     raw = values[-1]
     if not re.fullmatch(r"[0-9]{1,6}", raw, re.ASCII) or int(raw) > settings.COUNTERSIGN_MAX_WAIT:
-        raise _Refusal(400, "bad_request", BAD_QUERY)
+        raise ApiError(400, Code.BAD_REQUEST, BAD_QUERY)
     return int(raw)
-
-
-async def _agent(scope: Scope) -> Agent:
-    scheme, _, token = _header(scope, b"authorization").partition(" ")
-    agent = None
-    if scheme.lower() == "bearer" and token:
-        agent = await sync_to_async(_read_agent, thread_sensitive=False)(token)
-    if agent is None:
-        raise _Refusal(401, "unauthenticated", UNAUTHENTICATED)
-    if not agent.active:
-        raise _Refusal(403, "agent_disabled", AGENT_DISABLED)
-    return agent
 
 
 def _seconds_to_expiry(state: dict[str, Any]) -> float | None:
@@ -164,10 +151,10 @@ async def _wait(agent: Agent, call_id: uuid.UUID, timeout: int, receive: Receive
     try:
         state = await read(agent, call_id)
         if state is None:
-            raise _Refusal(404, "not_found", NOT_FOUND)
+            raise ApiError(404, Code.NOT_FOUND, NOT_FOUND)
         clock = asyncio.get_running_loop().time
         give_up = clock() + timeout
-        while state["status"] not in FINAL_STATUSES:
+        while state["status"] not in Call.Status.FINAL:
             remaining = give_up - clock()
             to_expiry = _seconds_to_expiry(state)
             if to_expiry is not None and to_expiry <= 0:
@@ -195,24 +182,21 @@ async def _until_disconnect(receive: Receive) -> None:
 
 
 async def wait_app(scope: Scope, receive: Receive, send: Send) -> None:
-    """The long-poll endpoint (``agent-api.md``: ``GET /api/v1/calls/{id}/wait``)."""
+    """The long-poll endpoint (docs/api.md: ``GET /api/v1/calls/{id}/wait``)."""
     try:
         if scope["method"] != "GET":
-            raise _Refusal(405, "method_not_allowed", "This method is not allowed here.")
+            raise ApiError(405, Code.METHOD_NOT_ALLOWED, METHOD_NOT_ALLOWED)
         match = WAIT_PATH.match(scope["path"])
         assert match is not None
-        agent = await _agent(scope)
+        agent = await sync_to_async(_read_agent, thread_sensitive=False)(scope)
         timeout = _timeout(scope)
         try:
             call_id = uuid.UUID(match["call_id"])
         except ValueError:
-            raise _Refusal(404, "not_found", NOT_FOUND) from None
+            raise ApiError(404, Code.NOT_FOUND, NOT_FOUND) from None
         state = await _wait(agent, call_id, timeout, receive)
-    except _Refusal as refusal:
-        headers = ((b"www-authenticate", b"Bearer"),) if refusal.status == 401 else ()
-        await send_json(
-            send, refusal.status, json_error_bytes(refusal.code, refusal.message), headers
-        )
+    except ApiError as error:
+        await send_error(send, error)
         return
     except asyncio.CancelledError:
         return  # the client went away: nobody to answer

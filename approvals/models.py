@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import uuid
 from typing import Any
 
@@ -10,24 +11,29 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 
-MODE_CHOICES = [
-    ("default", "default: ask before dangerous tools"),
-    ("read_only", "read only"),
-    ("workspace_write", "workspace write: refuse dangerous tools"),
-    ("danger_full_access", "danger, full access"),
-    ("allow", "allow everything"),
-    ("prompt", "prompt: ask before every call"),
-]
+# The choices whose values capcore reads (modes, tool classes, decisions, budget scopes and
+# actions) are capcore's enum values, spelled out; tests/approvals/test_models.py keeps them
+# equal.
 
 
 class Agent(models.Model):
+    class Mode(models.TextChoices):
+        """``capcore.Mode``."""
+
+        DEFAULT = "default", "default: ask before dangerous tools"
+        READ_ONLY = "read_only", "read only"
+        WORKSPACE_WRITE = "workspace_write", "workspace write: refuse dangerous tools"
+        DANGER_FULL_ACCESS = "danger_full_access", "danger, full access"
+        ALLOW = "allow", "allow everything"
+        PROMPT = "prompt", "prompt: ask before every call"
+
     name = models.CharField(max_length=200, unique=True)
     principal = models.CharField(max_length=200, help_text="On whose behalf it acts by default.")
     allowed_principals = models.TextField(
         blank=True,
         help_text="Other principals it may act for: comma-separated glob patterns ('*' = any).",
     )
-    mode = models.CharField(max_length=32, choices=MODE_CHOICES, default="default")
+    mode = models.CharField(max_length=32, choices=Mode.choices, default=Mode.DEFAULT)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -101,11 +107,15 @@ class CapRule(models.Model):
 
 
 class ToolClass(models.Model):
+    class Kind(models.TextChoices):
+        """``capcore.ToolClass``."""
+
+        READ = "read", "read"
+        WRITE = "write", "write"
+        DANGEROUS = "dangerous", "dangerous"
+
     pattern = models.CharField(max_length=128, unique=True, help_text="A tool name or glob.")
-    tool_class = models.CharField(
-        max_length=16,
-        choices=[("read", "read"), ("write", "write"), ("dangerous", "dangerous")],
-    )
+    tool_class = models.CharField(max_length=16, choices=Kind.choices)
 
     class Meta:
         verbose_name_plural = "tool classes"
@@ -115,13 +125,18 @@ class ToolClass(models.Model):
 
 
 class PermissionRule(models.Model):
+    class Decision(models.TextChoices):
+        """``capcore.Decision``."""
+
+        ALLOW = "allow", "allow"
+        ASK = "ask", "ask"
+        DENY = "deny", "deny"
+
     agent = models.ForeignKey(
         Agent, null=True, blank=True, on_delete=models.CASCADE, help_text="Empty = all agents."
     )
     pattern = models.CharField(max_length=128, help_text="A tool name or glob (case-sensitive).")
-    decision = models.CharField(
-        max_length=8, choices=[("allow", "allow"), ("ask", "ask"), ("deny", "deny")]
-    )
+    decision = models.CharField(max_length=8, choices=Decision.choices)
     # NULL = every run; "" is the agent's default run, so the two must differ.
     run_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -147,6 +162,18 @@ class PolicyStamp(models.Model):
 class Budget(models.Model):
     """Run ceilings for one agent, or the default for all (``agent`` empty)."""
 
+    class Scope(models.TextChoices):
+        """``capcore.BudgetScope``; also the scope of a ``RunCounter``."""
+
+        RUN = "run", "run"
+        DAY = "day", "day"
+
+    class Action(models.TextChoices):
+        """``capcore.ActionKind``."""
+
+        REFUSE = "refuse", "refuse"
+        GATE = "gate", "gate"
+
     agent = models.OneToOneField(Agent, null=True, blank=True, on_delete=models.CASCADE)
     max_calls = models.PositiveBigIntegerField(null=True, blank=True)
     max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
@@ -155,10 +182,8 @@ class Budget(models.Model):
     )
     cost_currency = models.CharField(max_length=3, blank=True)
     max_duration = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds.")
-    scope = models.CharField(max_length=8, choices=[("run", "run"), ("day", "day")], default="run")
-    action = models.CharField(
-        max_length=8, choices=[("refuse", "refuse"), ("gate", "gate")], default="refuse"
-    )
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.RUN)
+    action = models.CharField(max_length=8, choices=Action.choices, default=Action.REFUSE)
     gate = models.CharField(max_length=64, blank=True)
 
     class Meta:
@@ -181,18 +206,25 @@ class Budget(models.Model):
 
 
 class Call(models.Model):
-    STATUS_CHOICES = [
-        (status, status)
-        for status in (
-            "allowed",
-            "refused",
-            "pending",
-            "approved",
-            "denied",
-            "expired",
-            "cancelled",
+    class Status(models.TextChoices):
+        """A call's status (docs/api.md); the sets below are the only lists of statuses."""
+
+        ALLOWED = "allowed", "allowed"
+        REFUSED = "refused", "refused"
+        PENDING = "pending", "pending"  # held for a human
+        APPROVED = "approved", "approved"
+        DENIED = "denied", "denied"
+        EXPIRED = "expired", "expired"
+        CANCELLED = "cancelled", "cancelled"
+
+        # Decided by the policy at submission: never held, so never approved by anyone.
+        NEVER_HELD = enum.nonmember(frozenset({"allowed", "refused"}))
+        # Held, then ended by someone or the clock: the call state carries a decision.
+        DECIDED = enum.nonmember(frozenset({"approved", "denied", "expired", "cancelled"}))
+        # NEVER_HELD and DECIDED: every status but pending, nothing changes the call any more.
+        FINAL = enum.nonmember(
+            frozenset({"allowed", "refused", "approved", "denied", "expired", "cancelled"})
         )
-    ]
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="calls")
@@ -202,7 +234,7 @@ class Call(models.Model):
     principal = models.CharField(max_length=200)
     run_id = models.CharField(max_length=200, blank=True)
     context = models.TextField(blank=True)
-    status = models.CharField(max_length=16, choices=STATUS_CHOICES)
+    status = models.CharField(max_length=16, choices=Status.choices)
     reasons = models.JSONField(default=list)
     gates = models.JSONField(default=list)
     # Ledger amounts assessed at submission, recorded if and when the call is approved.
@@ -252,11 +284,19 @@ class Call(models.Model):
 class Approval(models.Model):
     """One eligible user's first decision on a call; later clicks change nothing."""
 
+    class Scope(models.TextChoices):
+        """What an approval allows besides this call: nothing more, the same tool for the
+        rest of the run, or always (docs/ui.md)."""
+
+        ONCE = "once", "once"
+        RUN = "run", "run"
+        ALWAYS = "always", "always"
+
     call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="approvals")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
     approve = models.BooleanField()
     comment = models.TextField(blank=True)
-    scope = models.CharField(max_length=8, default="once")
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.ONCE)
     created_at = models.DateTimeField()
 
     class Meta:
@@ -316,16 +356,59 @@ class AuditEntryQuerySet(models.QuerySet["AuditEntry"]):
 
 
 class AuditEntry(models.Model):
-    """Append-only: written by services, shown read-only in admin. The ORM refuses to change
-    or delete an entry, through an instance or a queryset."""
+    """Append-only: written by ``services.audit`` only, shown read-only in admin. The ORM
+    refuses to change or delete an entry, through an instance or a queryset."""
+
+    class Action(models.TextChoices):
+        CALL_ALLOWED = "call allowed", "call allowed"
+        CALL_REFUSED = "call refused", "call refused"
+        CALL_PENDING = "call pending", "call pending"
+        CALL_APPROVED = "call approved", "call approved"
+        CALL_DENIED = "call denied", "call denied"
+        CALL_EXPIRED = "call expired", "call expired"
+        CALL_CANCELLED = "call cancelled", "call cancelled"
+        CALL_EXTENDED = "call extended", "call extended"
+        AGENT_CREATED = "agent created", "agent created"
+        AGENT_UPDATED = "agent updated", "agent updated"
+        TOKEN_ISSUED = "token issued", "token issued"
+        TOKEN_REVOKED = "token revoked", "token revoked"
+        GATE_CREATED = "gate created", "gate created"
+        CAP_RULE_SAVED = "cap rule saved", "cap rule saved"
+        CAP_RULE_DISABLED = "cap rule disabled", "cap rule disabled"
+        LEDGER_ENTRY_VOIDED = "ledger entry voided", "ledger entry voided"
+        ADMIN_ADD = "admin add", "admin add"
+        ADMIN_CHANGE = "admin change", "admin change"
+        ADMIN_DELETE = "admin delete", "admin delete"
+
+        @classmethod
+        def call(cls, status: str) -> AuditEntry.Action:
+            """The entry of a call entering ``status`` (a ``Call.Status``)."""
+            return cls(f"call {status}")
+
+    class ObjectType(models.TextChoices):
+        """One spelling per model. Entries are never rewritten, so the spelling most stored
+        entries had was kept; entries written by admin before it changed say ``caprule``
+        for ``CAP_RULE``."""
+
+        AGENT = "agent", "agent"
+        AGENT_TOKEN = "agent token", "agent token"
+        BUDGET = "budget", "budget"
+        CALL = "call", "call"
+        CAP_RULE = "cap rule", "cap rule"
+        GATE = "gate", "gate"
+        GROUP = "group", "group"
+        LEDGER_ENTRY = "ledgerentry", "ledgerentry"
+        PERMISSION_RULE = "permissionrule", "permissionrule"
+        TOOL_CLASS = "toolclass", "toolclass"
+        USER = "user", "user"
 
     at = models.DateTimeField()
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.SET_NULL)
-    action = models.CharField(max_length=64)
-    object_type = models.CharField(max_length=64)
+    action = models.CharField(max_length=64, choices=Action.choices)
+    object_type = models.CharField(max_length=64, choices=ObjectType.choices)
     object_id = models.CharField(max_length=64)
     before = models.TextField(blank=True)
     after = models.TextField(blank=True)
@@ -353,7 +436,7 @@ class RunCounter(models.Model):
     (``scope="day"``, key = the UTC date), updated with each created call."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE)
-    scope = models.CharField(max_length=8)
+    scope = models.CharField(max_length=8, choices=Budget.Scope.choices)
     key = models.CharField(max_length=200, blank=True)
     calls = models.PositiveBigIntegerField(default=0)
     tokens = models.PositiveBigIntegerField(default=0)

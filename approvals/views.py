@@ -17,8 +17,12 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import selectors
 from approvals.forms import HistoryFilterForm
+from approvals.models import Approval
+from approvals.selectors.call_page import call_page
+from approvals.selectors.deciders import may_view
+from approvals.selectors.history import history_calls, history_rows
+from approvals.selectors.queue import queue_for_user
 from approvals.services.decisions import DecisionError, call_decide
 from approvals.services.lifecycle import AlreadyFinal, call_extend
 
@@ -28,7 +32,7 @@ HISTORY_PAGE_SIZE = 50
 def _user(request: HttpRequest) -> User:
     user = request.user
     assert isinstance(user, User)
-    if not selectors.may_view(user):
+    if not may_view(user):
         raise PermissionDenied
     return user
 
@@ -42,13 +46,13 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
     user = _user(request)
-    context = {"queue": selectors.queue_for_user(user=user)}
+    context = {"queue": queue_for_user(user=user)}
     return render(request, _template(request, "approvals/queue.html", "queue"), context)
 
 
 def _render_call(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     user = _user(request)
-    page = selectors.call_page(call_id=call_id, user=user)
+    page = call_page(call_id=call_id, user=user)
     if page is None:
         raise Http404
     context = {"page": page}
@@ -70,7 +74,7 @@ def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpR
             approve=approve,
             comment=request.POST.get("comment", ""),
             arguments_sha256=request.POST.get("arguments_sha256", ""),
-            scope=request.POST.get("scope", "once"),
+            scope=request.POST.get("scope", Approval.Scope.ONCE),
         )
     except DecisionError as error:
         if error.status == 404:
@@ -103,7 +107,7 @@ def call_deny(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
 @login_required
 def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     user = _user(request)
-    page = selectors.call_page(call_id=call_id, user=user)
+    page = call_page(call_id=call_id, user=user)
     if page is None:
         raise Http404
     if not page.may_decide:
@@ -124,7 +128,7 @@ def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpRespon
 def history(request: HttpRequest) -> HttpResponse:
     _user(request)
     form = HistoryFilterForm(request.GET)
-    calls = selectors.history_calls(filters=form.filters())
+    calls = history_calls(filters=form.filters())
     page = Paginator(calls, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
-    context = {"form": form, "page": page, "rows": selectors.history_rows(page.object_list)}
+    context = {"form": form, "page": page, "rows": history_rows(page.object_list)}
     return render(request, _template(request, "approvals/history.html", "results"), context)

@@ -22,12 +22,13 @@ from datetime import UTC, datetime
 
 from capcore import (
     CallRequest,
+    Mode,
     NotAssessable,
     PolicyState,
     Unit,
     assess,
-    call_evaluate,
-    call_ledgers,
+    evaluate_call,
+    ledgers_of_call,
     lookup,
     parse_amount,
     parse_arguments,
@@ -144,18 +145,18 @@ def bench_evaluate(repeat: int) -> dict[str, float]:
     request = CallRequest(
         tool="pay", arguments_text='{"amount": "125.00", "payee": "ada"}', principal="u-1"
     )
-    spent = dict.fromkeys(call_ledgers(request, rules), 50_000)
+    spent = dict.fromkeys(ledgers_of_call(request, rules), 50_000)
     state = PolicyState(
         now=datetime(2026, 11, 30, 12, tzinfo=UTC),
-        mode="workspace_write",
+        mode=Mode.WORKSPACE_WRITE,
         cap_rules=rules,
         spent=spent,
     )
-    evaluation = call_evaluate(request, state)
+    evaluation = evaluate_call(request, state)
     assert evaluation.error is None, evaluation.error
-    per_call = _seconds_per_call(lambda: call_evaluate(request, state), repeat)
+    per_call = _seconds_per_call(lambda: evaluate_call(request, state), repeat)
     with_ledgers = _seconds_per_call(
-        lambda: (call_ledgers(request, rules), call_evaluate(request, state)), repeat
+        lambda: (ledgers_of_call(request, rules), evaluate_call(request, state)), repeat
     )
     return {
         "rules": 100,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 import capcore
+from capcore.caps import digest_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _server import database, percentile, server
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
     from approvals.models import Agent, Approval, AuditEntry, Call, LedgerEntry
-    from approvals.selectors import HistoryFilters
+    from approvals.selectors.history import HistoryFilters
 
     # A call and what the services write along with it.
     Rows = tuple[Call, list[Approval], list[LedgerEntry], list[AuditEntry]]
@@ -154,7 +155,7 @@ def _fill(decided: int, pending: int) -> Filled:
         ]
         ledgers = {
             agent.pk: Ledger.objects.create(
-                rule="daily", currency="USD", key_digest=capcore.key_digest(agent.principal)
+                rule="daily", currency="USD", key_digest=digest_key(agent.principal)
             )
             for agent in agents
         }
@@ -281,7 +282,7 @@ def _plans(pages: dict[str, tuple[HistoryFilters, int]]) -> dict[str, list[str]]
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from approvals.selectors import history_calls
+    from approvals.selectors.history import history_calls
     from approvals.views import HISTORY_PAGE_SIZE
 
     explain = "EXPLAIN" if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN"
@@ -343,7 +344,7 @@ def main() -> None:
         from django.db import connections
 
         from approvals.models import Agent
-        from approvals.selectors import HistoryFilters
+        from approvals.selectors.history import HistoryFilters
         from approvals.views import HISTORY_PAGE_SIZE
 
         began = time.perf_counter()

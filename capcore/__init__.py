@@ -1,7 +1,10 @@
 """capcore — the pure policy core of Countersign.
 
 Standard library plus the ``iso4217`` data package; no Django, no I/O, no clock, no floats.
-Everything public is importable from here.
+The front door holds the errors, the currency table, amounts, strict JSON, cap rules, and
+the engine's entry points with the types they take and return. Helpers (``assess_caps``,
+``bounds_of_window``, ``parse_cost``, ``held_by_mode_only``, …) are imported from their
+modules; ``docs/capcore.md`` lists which module holds what.
 """
 
 from __future__ import annotations
@@ -15,28 +18,10 @@ from capcore.amounts import (
     format_amount,
     parse_amount,
 )
-from capcore.budgets import (
-    COST_EXPONENT,
-    Budget,
-    BudgetScope,
-    RunCounters,
-    Usage,
-    budget_evaluate,
-    cost_parse,
-)
-from capcore.caps import (
-    CapAssessment,
-    CapResult,
-    LedgerKey,
-    LedgerRecord,
-    cap_ledgers,
-    caps_assess,
-    caps_evaluate,
-    key_digest,
-    window_bounds,
-    window_contains,
-)
+from capcore.budgets import Budget, BudgetScope, RunCounters, Usage
+from capcore.caps import CapAssessment, LedgerKey, LedgerRecord
 from capcore.currency import MAX_EXPONENT, exponent, exponents, resolve_exponent
+from capcore.engine import CallRequest, Evaluation, PolicyState, evaluate_call, ledgers_of_call
 from capcore.errors import (
     AmountOverflow,
     AmountSyntax,
@@ -52,35 +37,34 @@ from capcore.errors import (
     RuleError,
     UnknownCurrency,
 )
-from capcore.evaluate import CallRequest, Evaluation, PolicyState, call_evaluate, call_ledgers
-from capcore.findings import DEFAULT_GATE, REFUSE, Action, ActionKind, Finding, Policy
+from capcore.findings import Action, ActionKind, Finding, Policy
 from capcore.permissions import (
     Classification,
     Decision,
     Mode,
-    PermissionResult,
     PermissionRule,
     ToolClass,
     ToolClassPin,
-    mode_hold_only,
-    mode_parse,
-    permission_evaluate,
-    tool_class_guess,
-    tool_classify,
-    tool_words,
 )
-from capcore.rules import Key, Kind, Limit, Rule, Window, parse_rule, parse_rules
+from capcore.rules import (
+    Calendar,
+    Key,
+    Kind,
+    Limit,
+    Rule,
+    RuleLine,
+    Window,
+    parse_rule,
+    parse_rules,
+    parse_rules_with_lines,
+)
 from capcore.strictjson import MAX_DEPTH, lookup, parse_arguments, strict_loads
-from capcore.verdict import POLICY_ERROR, Status, Verdict, verdict_combine
+from capcore.verdict import Status, Verdict
 
 __all__ = [
-    "COST_EXPONENT",
-    "DEFAULT_GATE",
     "INT64_MAX",
     "MAX_DEPTH",
     "MAX_EXPONENT",
-    "POLICY_ERROR",
-    "REFUSE",
     "Action",
     "ActionKind",
     "AmountOverflow",
@@ -90,9 +74,9 @@ __all__ = [
     "ArgsNotStrict",
     "Budget",
     "BudgetScope",
+    "Calendar",
     "CallRequest",
     "CapAssessment",
-    "CapResult",
     "CapcoreError",
     "Classification",
     "CurrencyMismatch",
@@ -110,12 +94,12 @@ __all__ = [
     "Mode",
     "NegativeAmount",
     "NotAssessable",
-    "PermissionResult",
     "PermissionRule",
     "Policy",
     "PolicyState",
     "Rule",
     "RuleError",
+    "RuleLine",
     "RunCounters",
     "Status",
     "ToolClass",
@@ -127,31 +111,17 @@ __all__ = [
     "Window",
     "add",
     "assess",
-    "budget_evaluate",
-    "call_evaluate",
-    "call_ledgers",
-    "cap_ledgers",
-    "caps_assess",
-    "caps_evaluate",
-    "cost_parse",
+    "evaluate_call",
     "exponent",
     "exponents",
     "format_amount",
-    "key_digest",
+    "ledgers_of_call",
     "lookup",
-    "mode_hold_only",
-    "mode_parse",
     "parse_amount",
     "parse_arguments",
     "parse_rule",
     "parse_rules",
-    "permission_evaluate",
+    "parse_rules_with_lines",
     "resolve_exponent",
     "strict_loads",
-    "tool_class_guess",
-    "tool_classify",
-    "tool_words",
-    "verdict_combine",
-    "window_bounds",
-    "window_contains",
 ]

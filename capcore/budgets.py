@@ -1,5 +1,5 @@
-"""Run budgets (``policies.md``, "2. Run budgets"): ceilings on calls, tokens, cost and
-duration, tripped when the total including this call would go past them."""
+"""Run budgets: ceilings on calls, tokens, cost and duration, tripped when the total including
+this call would go past them (``docs/capcore.md``, "Budgets")."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class RunCounters:
     started_at: datetime | None = None
 
 
-def cost_parse(text: object) -> int:
+def parse_cost(text: object) -> int:
     """A reported cost (a plain decimal string, at most 9 fraction digits, not negative) in
     10⁻⁹ units; ``NotAssessable`` otherwise."""
     return assess(text, Unit.MAJOR, COST_EXPONENT)
@@ -79,7 +79,7 @@ def _total(a: int, b: int) -> int | None:
         return None
 
 
-def budget_evaluate(
+def evaluate_budget(
     budget: Budget, *, counters: RunCounters, usage: Usage, now: datetime
 ) -> tuple[Finding, ...]:
     """Findings for each ceiling this call would pass, in the order calls, tokens, cost,

@@ -1,7 +1,7 @@
-"""Evaluating cap rules against one call (``cap-rules.md``, "Evaluation of one call").
+"""Evaluating cap rules against one call (what each part of a rule does: ``docs/rules.md``).
 
 Two steps, so the server can lock exactly the ledgers a call touches, in a fixed order, before
-it reads their totals: ``caps_assess`` reads the call (no state), ``caps_evaluate`` compares
+it reads their totals: ``assess_caps`` reads the call (no state), ``evaluate_caps`` compares
 with the spent totals the server loaded.
 """
 
@@ -24,7 +24,7 @@ from capcore.errors import (
     NotAssessable,
 )
 from capcore.findings import Finding, Policy
-from capcore.rules import Kind, Limit, Rule, Window
+from capcore.rules import Calendar, Kind, Limit, Rule, Window
 from capcore.strictjson import lookup
 
 AMOUNT_MISSING = "the amount argument is missing"
@@ -90,7 +90,8 @@ class CapResult:
     records: tuple[LedgerRecord, ...]
 
 
-def key_digest(text: str) -> str:
+def digest_key(text: str) -> str:
+    """The SHA-256 hex digest a ledger stores in place of its key text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -114,7 +115,7 @@ def _ledger_key(
     if key is None:
         return LedgerKey(rule.name.casefold(), currency, None)
     if key.principal:
-        return LedgerKey(rule.name.casefold(), currency, key_digest(principal))
+        return LedgerKey(rule.name.casefold(), currency, digest_key(principal))
     try:
         value = lookup(arguments, key.path)
     except ArgAbsent:
@@ -125,7 +126,7 @@ def _ledger_key(
         value = value.strip()
     if key.lower:
         value = value.lower()
-    return LedgerKey(rule.name.casefold(), currency, key_digest(value))
+    return LedgerKey(rule.name.casefold(), currency, digest_key(value))
 
 
 def _assess_one(rule: Rule, arguments: dict[str, object], principal: str) -> CapAssessment:
@@ -146,7 +147,7 @@ def _assess_one(rule: Rule, arguments: dict[str, object], principal: str) -> Cap
     return CapAssessment(rule, limit=limit, amount=amount, ledger=ledger)
 
 
-def caps_assess(
+def assess_caps(
     rules: Sequence[Rule], *, tool: str, arguments: dict[str, object], principal: str
 ) -> tuple[CapAssessment, ...]:
     """Read the call once for every rule that applies to its tool (rules in their order).
@@ -156,16 +157,17 @@ def caps_assess(
     return tuple(_assess_one(rule, arguments, principal) for rule in rules if tool in rule.tools)
 
 
-def cap_ledgers(assessments: Sequence[CapAssessment]) -> tuple[LedgerKey, ...]:
+def ledgers_of_caps(assessments: Sequence[CapAssessment]) -> tuple[LedgerKey, ...]:
     """The ledgers a call touches, sorted: lock them in this order to avoid deadlocks."""
     return tuple(sorted(a.ledger for a in assessments if a.ledger is not None))
 
 
-def window_bounds(window: Window | None, now: datetime) -> tuple[datetime | None, bool]:
-    """The window's start before ``now`` and whether the start itself is inside.
+def bounds_of_window(window: Window | None, now: datetime) -> tuple[datetime | None, bool]:
+    """The window's start before ``now`` and whether the start itself is inside (``None``:
+    all time). The window has no end: see ``in_window``.
 
-    A rolling window counts entries at ``t`` with ``now - window < t <= now``; a calendar
-    window the entries since the start of the current UTC day, week (Monday) or month.
+    A rolling window starts ``window`` before ``now``, excluded; a calendar window at the
+    start of the current UTC day, week (Monday) or month, included.
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be an aware datetime")
@@ -175,17 +177,21 @@ def window_bounds(window: Window | None, now: datetime) -> tuple[datetime | None
         return now - timedelta(seconds=window.rolling_seconds), False
     utc = now.astimezone(UTC)
     midnight = utc.replace(hour=0, minute=0, second=0, microsecond=0)
-    if window.calendar == "day":
+    if window.calendar is Calendar.DAY:
         return midnight, True
-    if window.calendar == "week":
+    if window.calendar is Calendar.WEEK:
         return midnight - timedelta(days=utc.weekday()), True
     return midnight.replace(day=1), True
 
 
-def window_contains(window: Window | None, recorded_at: datetime, now: datetime) -> bool:
-    start, inclusive = window_bounds(window, now)
-    if recorded_at > now:
-        return False
+def in_window(window: Window | None, recorded_at: datetime, now: datetime) -> bool:
+    """Whether an entry recorded at ``recorded_at`` counts in the window ending at ``now``.
+
+    An entry recorded after ``now`` counts: only a worker whose clock runs ahead writes one,
+    and leaving it out could let a call through past the limit (``docs/capcore.md``). The
+    server's SQL compares with the same ``bounds_of_window``.
+    """
+    start, inclusive = bounds_of_window(window, now)
     if start is None:
         return True
     return recorded_at >= start if inclusive else recorded_at > start
@@ -239,7 +245,7 @@ def _judge(assessment: CapAssessment, spent: Mapping[LedgerKey, int]) -> Finding
     return None
 
 
-def caps_evaluate(
+def evaluate_caps(
     assessments: Sequence[CapAssessment], *, spent: Mapping[LedgerKey, int]
 ) -> CapResult:
     """Findings for the calls over a limit or not assessable, and the amounts to record.

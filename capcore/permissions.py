@@ -1,6 +1,6 @@
 """The permission policy: an agent's mode, the tool classifier, and allow/ask/deny rules.
 
-Spec: ``policies.md`` section 1. Everything here fails closed: an unknown mode holds every call,
+Everything here fails closed: an unknown mode holds every call,
 an unpinned tool is classified by whole words (never substrings), equally specific pins with
 different classes resolve to the most dangerous one, and a matching ``deny`` beats everything.
 Messages name the mode, the tool class and rule ids only: the tool name is written by a model
@@ -28,12 +28,11 @@ __all__ = [
     "PermissionRule",
     "ToolClass",
     "ToolClassPin",
-    "mode_hold_only",
-    "mode_parse",
-    "permission_evaluate",
-    "tool_class_guess",
-    "tool_classify",
-    "tool_words",
+    "classify_tool",
+    "evaluate_permissions",
+    "guess_tool_class",
+    "held_by_mode_only",
+    "words_of_tool",
 ]
 
 
@@ -47,17 +46,18 @@ class Mode(enum.Enum):
     ALLOW = "allow"
     PROMPT = "prompt"
 
+    @classmethod
+    def parse(cls, value: str) -> Mode:
+        """The mode stored as ``value``; anything unknown is ``PROMPT``, never a permissive
+        mode.
 
-def mode_parse(value: str) -> Mode:
-    """The mode stored as ``value``; anything unknown is ``PROMPT``, never a permissive mode.
-
-    Matching is exact (``"Allow"`` is unknown) so a mistyped or tampered value can only make
-    the agent ask more, not less.
-    """
-    try:
-        return Mode(value)
-    except ValueError:
-        return Mode.PROMPT
+        Matching is exact (``"Allow"`` is unknown) so a mistyped or tampered value can only
+        make the agent ask more, not less.
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.PROMPT
 
 
 class ToolClass(enum.Enum):
@@ -76,9 +76,9 @@ class Decision(enum.Enum):
     DENY = "deny"
 
 
-# The base lists of policies.md, exactly. Project additions belong in docs/ and here, never
-# `format`, `document`, `update`, `catalog`, `running` or `jobs` (the seed's substring matcher
-# misclassified tools because of `rm` and `cat` inside longer words).
+# The base word lists, with no project additions (docs/capcore.md). An addition belongs in
+# docs/ and here, and is never `format`, `document`, `update`, `catalog`, `running` or `jobs`
+# (the seed's substring matcher misclassified tools because of `rm` and `cat` inside words).
 DANGEROUS_WORDS: frozenset[str] = frozenset(
     {
         "shell", "exec", "execute", "bash", "sh", "run", "command", "cmd", "sudo",
@@ -106,7 +106,7 @@ READ_VERBS: frozenset[str] = frozenset(
 _WORD = re.compile(r"[A-Z]+[0-9]*(?=[A-Z][a-z])|[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+")
 
 
-def tool_words(tool: str) -> list[str]:
+def words_of_tool(tool: str) -> list[str]:
     """The lower-cased words of a tool name, as the classifier compares them.
 
     ``"getHTTPStatus"`` → ``["get", "http", "status"]``; ``"s3_get"`` → ``["s3", "get"]``.
@@ -114,13 +114,13 @@ def tool_words(tool: str) -> list[str]:
     return [word.lower() for word in _WORD.findall(tool)]
 
 
-def tool_class_guess(tool: str) -> ToolClass:
+def guess_tool_class(tool: str) -> ToolClass:
     """The heuristic class of a tool no admin has pinned.
 
     Whole words only: any dangerous word makes it dangerous wherever it stands; otherwise a
     first word that is a read verb makes it read; anything else may change state, so write.
     """
-    words = tool_words(tool)
+    words = words_of_tool(tool)
     if any(word in DANGEROUS_WORDS for word in words):
         return ToolClass.DANGEROUS
     if words and words[0] in READ_VERBS:
@@ -154,7 +154,7 @@ def _specificity(pattern: str) -> tuple[int, int]:
     return (0, len(pattern))
 
 
-def tool_classify(*, tool: str, pins: Sequence[ToolClassPin]) -> Classification:
+def classify_tool(*, tool: str, pins: Sequence[ToolClassPin]) -> Classification:
     """The class of ``tool``: the most specific matching pin, else the heuristic guess.
 
     Equally specific pins that disagree resolve to the most dangerous class, so a conflicting
@@ -162,7 +162,7 @@ def tool_classify(*, tool: str, pins: Sequence[ToolClassPin]) -> Classification:
     """
     matching = [pin for pin in pins if fnmatchcase(tool, pin.pattern)]
     if not matching:
-        return Classification(tool_class_guess(tool), guessed=True)
+        return Classification(guess_tool_class(tool), guessed=True)
     best = max(_specificity(pin.pattern) for pin in matching)
     tool_class = max(
         (pin.tool_class for pin in matching if _specificity(pin.pattern) == best),
@@ -225,7 +225,7 @@ def _row(
 
 
 # What each mode does with each class: None passes, else the action. ALLOW (passes without
-# classifying) and PROMPT (holds every class) are decided in permission_evaluate.
+# classifying) and PROMPT (holds every class) are decided in evaluate_permissions.
 _MODE_TABLE: dict[Mode, dict[ToolClass, Action | None]] = {
     #                               read  write   dangerous
     Mode.DEFAULT: _row(             None, None,   DEFAULT_GATE),
@@ -257,7 +257,7 @@ def _mode_finding(mode: Mode, classification: Classification, action: Action) ->
     return Finding(Policy.PERMISSION, f"mode:{mode.value}", action, message)
 
 
-def permission_evaluate(
+def evaluate_permissions(
     *,
     tool: str,
     mode: Mode,
@@ -287,7 +287,7 @@ def permission_evaluate(
 
     if mode is Mode.ALLOW:
         return PermissionResult((), None)
-    classification = tool_classify(tool=tool, pins=pins)
+    classification = classify_tool(tool=tool, pins=pins)
     if mode is Mode.PROMPT:
         action: Action | None = DEFAULT_GATE
     else:
@@ -297,7 +297,7 @@ def permission_evaluate(
     return PermissionResult((_mode_finding(mode, classification, action),), classification)
 
 
-def mode_hold_only(findings: Sequence[Finding]) -> bool:
+def held_by_mode_only(findings: Sequence[Finding]) -> bool:
     """Whether the call was held by its permission mode and nothing else.
 
     Only then may an approval widen to ``scope=run``/``always`` (an allow rule): an allow rule

@@ -1,4 +1,4 @@
-"""The one-line cap-rule grammar (``../shared/spec/cap-rules.md``): parsing and canonical lines.
+"""The one-line cap-rule grammar (``docs/rules.md``): parsing and canonical lines.
 
 A hand-written scanner over the line, because every refusal must name the column of the
 offending token, and a refusal must never quote the line (an admin may paste anything).
@@ -26,7 +26,8 @@ MAX_NAME_LENGTH = 64
 MAX_TOOL_LENGTH = 128
 MAX_WINDOW_SECONDS = 366 * 86_400
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*", re.ASCII)
+# A rule's or a gate's name (the server checks gate names typed in admin against it too).
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*", re.ASCII)
 _TOOL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*", re.ASCII)
 _MEMBER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*", re.ASCII)
 _CODE = re.compile(r"[A-Z]{3}", re.ASCII)
@@ -38,7 +39,14 @@ _BLANKS = " \t"
 # non-breaking space, "$") ends the token before it and is then refused at its own column.
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-:/,=>")
 _UNIT_SECONDS = {"m": 60, "h": 3_600, "d": 86_400}
-_CALENDAR = ("day", "week", "month")
+
+
+class Calendar(enum.StrEnum):
+    """A calendar window's period, in UTC; a str, so ``Calendar.DAY == "day"``."""
+
+    DAY = "day"
+    WEEK = "week"  # starts on Monday
+    MONTH = "month"
 
 
 class Kind(enum.Enum):
@@ -61,13 +69,17 @@ class Window:
     """
 
     rolling_seconds: int | None = None
-    calendar: str | None = None
+    calendar: Calendar | None = None
 
     def __post_init__(self) -> None:
         if (self.rolling_seconds is None) == (self.calendar is None):
             raise ValueError("a window is either rolling or calendar")
-        if self.calendar is not None and self.calendar not in _CALENDAR:
-            raise ValueError("a calendar window is day, week or month")
+        if self.calendar is not None:
+            # A caller may write "day": store the member, so `is Calendar.DAY` holds.
+            try:
+                object.__setattr__(self, "calendar", Calendar(self.calendar))
+            except ValueError:
+                raise ValueError("a calendar window is day, week or month") from None
         if self.rolling_seconds is not None and (
             type(self.rolling_seconds) is not int
             or not 0 < self.rolling_seconds <= MAX_WINDOW_SECONDS
@@ -236,7 +248,7 @@ class _Scanner:
 
 
 def _parse_name(scan: _Scanner, expected: str) -> str:
-    start, name = scan.token(_NAME, expected)
+    start, name = scan.token(NAME, expected)
     if len(name) > MAX_NAME_LENGTH:
         raise scan.fail(f"a name of at most {MAX_NAME_LENGTH} characters", start)
     return name
@@ -327,7 +339,7 @@ def _parse_limits(scan: _Scanner, *, fixed_currency: bool) -> tuple[Limit, ...]:
 
 def _parse_window(scan: _Scanner) -> Window:
     scan.blanks("a window: 'day', 'week', 'month' or a count with m, h or d")
-    for period in _CALENDAR:
+    for period in Calendar:
         if scan.peek_word(period):
             scan.pos += len(period)
             return Window(calendar=period)
@@ -478,12 +490,19 @@ def _lines(text: str | Iterable[str]) -> Iterable[str]:
             yield item.removesuffix("\n").removesuffix("\r")
 
 
-def parse_rules(text: str | Iterable[str]) -> list[Rule]:
-    """Every rule of a rules file; blank lines and ``#`` comments are skipped.
+@dataclass(frozen=True, slots=True)
+class RuleLine:
+    """A rule with the line of the file it came from: ``number`` counts from 1, ``text`` is
+    the line as parsed (a trailing ``\\r`` removed, blanks kept)."""
 
-    Two names equal under ``casefold`` are refused (they would share one ledger).
-    """
-    rules: list[Rule] = []
+    number: int
+    text: str
+    rule: Rule
+
+
+def parse_rules_with_lines(text: str | Iterable[str]) -> list[RuleLine]:
+    """``parse_rules``, with each rule's line number and text (for a caller that stores lines)."""
+    rules: list[RuleLine] = []
     seen: set[str] = set()
     for number, line in enumerate(_lines(text), start=1):
         content = line.strip(_BLANKS)
@@ -499,5 +518,13 @@ def parse_rules(text: str | Iterable[str]) -> list[Rule]:
             column = len(line) - len(line.lstrip(_BLANKS)) + 1
             raise RuleError(column, "a rule name not used before", number)
         seen.add(folded)
-        rules.append(rule)
+        rules.append(RuleLine(number, line, rule))
     return rules
+
+
+def parse_rules(text: str | Iterable[str]) -> list[Rule]:
+    """Every rule of a rules file; blank lines and ``#`` comments are skipped.
+
+    Two names equal under ``casefold`` are refused (they would share one ledger).
+    """
+    return [line.rule for line in parse_rules_with_lines(text)]

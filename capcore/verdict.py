@@ -1,4 +1,5 @@
-"""Combining findings into one verdict (``policies.md``, "Verdict")."""
+"""Combining findings into one verdict: any refusal refuses, else any hold holds, else the call
+is allowed."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class Verdict:
     gates: tuple[str, ...]
 
 
-def verdict_combine(findings: Iterable[Finding]) -> Verdict:
+def combine_findings(findings: Iterable[Finding]) -> Verdict:
     """Any refusal refuses; else any hold holds at the union of the gates; else allow."""
     reasons = tuple(findings)
     if any(f.action.kind is ActionKind.REFUSE for f in reasons):
@@ -38,7 +39,7 @@ def verdict_combine(findings: Iterable[Finding]) -> Verdict:
     return Verdict(Status.ALLOWED, (), ())
 
 
-def arguments_refusal(error: ArgsNotStrict) -> Finding:
+def refusal_of_arguments(error: ArgsNotStrict) -> Finding:
     return Finding(
         Policy.ARGUMENTS, None, REFUSE, f"arguments are not strict JSON: {error.category}"
     )

@@ -1,5 +1,5 @@
 """The ASGI application: Django for HTTP, Channels for WebSockets, and the long-poll served
-on its own so that a waiting agent costs no thread."""
+on its own so that a waiting agent costs no thread. The pieces are config/runtime/'s."""
 
 from __future__ import annotations
 
@@ -12,31 +12,40 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup(set_prefix=False)
 
 from django.conf import settings  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
-from config.handler import PooledThreadASGIHandler  # noqa: E402
+from config.runtime.pooled_handler import PooledThreadASGIHandler  # noqa: E402
+from config.runtime.stock import Stock, uses_stock  # noqa: E402
 
-django_http = PooledThreadASGIHandler(threads=settings.COUNTERSIGN_REQUEST_THREADS)
+django_http = (
+    ASGIHandler()
+    if uses_stock(Stock.HANDLER)
+    else PooledThreadASGIHandler(threads=settings.COUNTERSIGN_REQUEST_THREADS)
+)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from approvals.longpoll import WAIT_PATH, wait_app  # noqa: E402
-from approvals.middleware import BodyLimit, Receive, Scope, Send  # noqa: E402
+from approvals.middleware import body_too_large  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
-from approvals.sweeper import ensure_sweeper_started  # noqa: E402
+from config.runtime.asgi_types import Receive, Scope, Send  # noqa: E402
+from config.runtime.body_limit import BodyLimit  # noqa: E402
+from config.runtime.raw_routes import RawRoutes  # noqa: E402
+from config.runtime.sweeper import ensure_sweeper_started  # noqa: E402
+
+# The long-poll outside Django's handler, where a waiter holds no thread.
+routes = RawRoutes([(WAIT_PATH, wait_app)], django=django_http)
 
 
 async def http(scope: Scope, receive: Receive, send: Send) -> None:
     # daphne sends no lifespan events: the first request of the process starts the sweep.
     ensure_sweeper_started()
-    if WAIT_PATH.match(scope["path"]):
-        await wait_app(scope, receive, send)
-    else:
-        await django_http(scope, receive, send)
+    await routes(scope, receive, send)
 
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(http),
+        "http": BodyLimit(http, refuse=body_too_large),
         # Channels' stubs want their own pattern subclass; Django's path() patterns work as is.
         "websocket": URLRouter(websocket_urlpatterns),  # type: ignore[arg-type]
     }

@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 _RATE = re.compile(r"(?P<count>[1-9][0-9]{0,8})/(?P<period>[smh])", re.ASCII)
 _PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600}
+ALL_CHOICES = "all"
+UNKNOWN_CHOICES = "{name} names {unknown}: choose from {choices}, or all"
 
 
 def env_str(name: str, default: str) -> str:
@@ -65,6 +68,22 @@ def env_rate(name: str, default: str) -> tuple[int, int] | None:
     return int(match["count"]), _PERIOD_SECONDS[match["period"]]
 
 
+def env_choices(name: str, choices: Iterable[str]) -> frozenset[str]:
+    """A comma-separated subset of ``choices``, or ``all`` of them; none when unset."""
+    allowed = frozenset(choices)
+    named = {item.lower() for item in env_list(name, "")}
+    if ALL_CHOICES in named:
+        return allowed
+    unknown = named - allowed
+    if unknown:
+        raise ImproperlyConfigured(
+            UNKNOWN_CHOICES.format(
+                name=name, unknown=", ".join(sorted(unknown)), choices=", ".join(sorted(allowed))
+            )
+        )
+    return frozenset(named)
+
+
 def secret_key(path: Path) -> str:
     """``SECRET_KEY`` from the environment, else one generated once and kept in ``path``."""
     configured = os.environ.get("SECRET_KEY")
@@ -99,9 +118,11 @@ REDIS_MAX_CONNECTIONS = 1000  # per process
 # worker under one key, so its default of 100 silently dropped pushes beyond the 100th when
 # many calls were decided at once (a bulk approval).
 CHANNEL_CAPACITY = 50_000
+REDIS_LAYER = "config.runtime.redis_layer.WaitingRedisChannelLayer"
+STOCK_REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
 
 
-def redis_channel_layer(url: str) -> dict[str, Any]:
+def redis_channel_layer(url: str, *, stock: bool = False) -> dict[str, Any]:
     """The Channels layer on the Redis at ``url``.
 
     channels_redis waits for messages with a 5 s BZPOPMIN, and redis-py's default read
@@ -109,7 +130,8 @@ def redis_channel_layer(url: str) -> dict[str, Any]:
     socket's consumer would die with it. Reads get more than that. redis-py's default pool of
     100 connections refuses a burst of agents joining their groups at once (seen with 300):
     the pool gets more room, and a command waits for a free connection rather than fail
-    (``config.layers.WaitingRedisChannelLayer``). And see ``CHANNEL_CAPACITY``.
+    (``config.runtime.redis_layer``; ``stock``: channels_redis's own layer, which fails).
+    And see ``CHANNEL_CAPACITY``.
     """
     host = {
         "address": url,
@@ -118,6 +140,6 @@ def redis_channel_layer(url: str) -> dict[str, Any]:
         "max_connections": REDIS_MAX_CONNECTIONS,
     }
     return {
-        "BACKEND": "config.layers.WaitingRedisChannelLayer",
+        "BACKEND": STOCK_REDIS_LAYER if stock else REDIS_LAYER,
         "CONFIG": {"hosts": [host], "capacity": CHANNEL_CAPACITY},
     }

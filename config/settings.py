@@ -1,5 +1,5 @@
 """Django settings. Every value that varies between installations comes from the environment,
-read here and nowhere else (see docs/settings.md)."""
+read here and nowhere else (see the Settings table in README.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import dj_database_url
 
 from config.env import (
     env_bool,
+    env_choices,
     env_int,
     env_list,
     env_rate,
@@ -17,6 +18,7 @@ from config.env import (
     redis_channel_layer,
     secret_key,
 )
+from config.runtime.stock import Stock
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -81,18 +83,28 @@ TEMPLATES = [
     },
 ]
 
+# --- Runtime plumbing -----------------------------------------------------------------------
+# The pieces of config/runtime/ switched back to the stock components they replace, slower
+# (config/runtime/README.md): a comma-separated list of Stock's values, or "all".
+COUNTERSIGN_STOCK = frozenset(Stock(piece) for piece in env_choices("COUNTERSIGN_STOCK", Stock))
+# What each server process's expiry sweep runs once a second (config/runtime/sweeper.py).
+COUNTERSIGN_SWEEP = "approvals.services.lifecycle.calls_expire_due"
+
 # --- Database -------------------------------------------------------------------------------
 # No persistent connections under ASGI: sockets, long-polls and the sweep read from threads
 # of their own besides the request threads, so a kept connection would be one per thread.
-# PostgreSQL gets psycopg's pool instead, and SQLite a pool of its own (config/sqlite_pooled).
+# PostgreSQL gets psycopg's pool instead, and SQLite a pool of its own
+# (config/runtime/sqlite_pooled).
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
         conn_max_age=0,
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    DATABASES["default"]["ENGINE"] = "config.sqlite_pooled"
+on_sqlite = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+if on_sqlite:
+    if Stock.SQLITE not in COUNTERSIGN_STOCK:
+        DATABASES["default"]["ENGINE"] = "config.runtime.sqlite_pooled"
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {
         # IMMEDIATE takes the write lock at BEGIN, so a check-then-record transaction cannot
@@ -120,9 +132,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channels -------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "")
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}
+    CHANNEL_LAYERS = {
+        "default": redis_channel_layer(REDIS_URL, stock=Stock.LAYER in COUNTERSIGN_STOCK)
+    }
+elif Stock.LAYER in COUNTERSIGN_STOCK:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "config.layers.ThrottledInMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "config.runtime.memory_layer.ThrottledInMemoryChannelLayer"}
+    }
 
 # --- Security -------------------------------------------------------------------------------
 COUNTERSIGN_HTTPS = env_bool("COUNTERSIGN_HTTPS", False)
@@ -157,13 +175,13 @@ COUNTERSIGN_HOLD_TIMEOUT = env_int("COUNTERSIGN_HOLD_TIMEOUT", 3600, minimum=1, 
 COUNTERSIGN_MAX_WAIT = env_int("COUNTERSIGN_MAX_WAIT", 60, minimum=0, maximum=3600)
 COUNTERSIGN_MAX_BODY = env_int("COUNTERSIGN_MAX_BODY", 1_048_576, minimum=1024, maximum=1 << 30)
 # Threads of a server process that run requests' synchronous code (views, the ORM), one
-# request at a time each (config/handler.py); waiting agents hold none. SQLite has one writer
-# at a time, and one thread spares the GIL contention of several; PostgreSQL's round trips
-# leave the GIL free for others. At most 16, to leave room in PostgreSQL's pool of 20 for
-# the sockets, long-polls and the sweep.
+# request at a time each (config/runtime/pooled_handler.py; unused with Django's own handler);
+# waiting agents hold none. SQLite has one writer at a time, and one thread spares the GIL
+# contention of several; PostgreSQL's round trips leave the GIL free for others. At most 16,
+# to leave room in PostgreSQL's pool of 20 for the sockets, long-polls and the sweep.
 COUNTERSIGN_REQUEST_THREADS = env_int(
     "COUNTERSIGN_REQUEST_THREADS",
-    1 if DATABASES["default"]["ENGINE"] == "config.sqlite_pooled" else 4,
+    1 if on_sqlite else 4,
     minimum=1,
     maximum=16,
 )

@@ -3,7 +3,6 @@ held call over HTTP as a person would."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -11,11 +10,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.db import connection
 
-from approvals.models import Agent, AgentToken, Call
-from approvals.services.rules import cap_rule_save
+from approvals.models import Call
+from tests.factories import agent_with_token, rule_make, user_make
 from tests.live import Approver, LiveServer, live_server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -24,13 +22,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _world() -> None:
-    agent = Agent.objects.create(name="example", principal="acme-ops", mode="default")
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(TOKEN.encode()).hexdigest(), prefix=TOKEN[:8]
-    )
-    cap_rule_save(line="per-payment: pay arg=amount currency=currency max USD 500.00 -> gate")
-    user = User.objects.create_user("alice", password="pw")
-    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
+    agent_with_token(token=TOKEN, name="example", principal="acme-ops", mode="default")
+    rule_make(line="per-payment: pay arg=amount currency=currency max USD 500.00 -> gate")
+    user_make(username="alice")
 
 
 def _auto_approver(server: LiveServer, stop: threading.Event) -> None:

@@ -8,25 +8,18 @@ import secrets
 from datetime import timedelta
 
 from django.contrib.auth.models import User
-from django.core import serializers
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import sql
-from approvals.models import MODE_CHOICES, Agent, AgentToken, AuditEntry
+from approvals.models import Agent, AgentToken, AuditEntry
+from approvals.queries.agent_tokens import agent_token_find
+from approvals.services.audit import audit_record, audit_snapshot
 
 TOKEN_PREFIX = "cs_"  # noqa: S105 (a marker, not a secret)
 SHOWN_PREFIX_LENGTH = 8
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
-_MODES = frozenset(value for value, _ in MODE_CHOICES)
+UNKNOWN_MODE = "unknown permission mode; one of: " + ", ".join(sorted(Agent.Mode.values))
 _MAX_NAME_LENGTH = Agent._meta.get_field("name").max_length or 200
-_AGENT_BY_DIGEST = "SELECT t.id, t.last_used_at, {agent_columns} FROM approvals_agenttoken t"
-_AGENT_BY_DIGEST += " JOIN approvals_agent a ON a.id = t.agent_id"
-_AGENT_BY_DIGEST += " WHERE t.digest = %s AND t.revoked_at IS NULL"
-
-
-def _snapshot(agent: Agent) -> str:
-    return str(serializers.serialize("json", [agent]))
 
 
 def _checked(value: str, what: str) -> str:
@@ -60,11 +53,11 @@ def agent_create_or_update(
     name = _checked(name, "agent name")
     if principal is not None:
         principal = _checked(principal, "principal")
-    if mode is not None and mode not in _MODES:
-        raise ValueError("unknown permission mode; one of: " + ", ".join(sorted(_MODES)))
+    if mode is not None and mode not in Agent.Mode.values:
+        raise ValueError(UNKNOWN_MODE)
     agent = Agent.objects.select_for_update().filter(name=name).first()
     created = agent is None
-    before = "" if agent is None else _snapshot(agent)
+    before = "" if agent is None else audit_snapshot(agent)
     if agent is None:
         agent = Agent(name=name, principal=principal or name)
     elif principal is not None:
@@ -74,14 +67,12 @@ def agent_create_or_update(
     if mode is not None:
         agent.mode = mode
     agent.save()
-    after = _snapshot(agent)
+    after = audit_snapshot(agent)
     if created or after != before:
-        AuditEntry.objects.create(
-            at=timezone.now(),
+        audit_record(
+            action=AuditEntry.Action.AGENT_CREATED if created else AuditEntry.Action.AGENT_UPDATED,
+            obj=agent,
             user=by_user,
-            action="agent created" if created else "agent updated",
-            object_type="agent",
-            object_id=str(agent.pk),
             before=before,
             after=after,
         )
@@ -97,22 +88,16 @@ def agent_authenticate(*, token: str) -> Agent | None:
     """The agent holding this unrevoked token, found by the token's digest (an index lookup,
     so no secret is compared byte by byte). Notes the token's use, at most once a minute.
 
-    In SQL (approvals/sql.py): every request of an agent runs it.
+    In SQL (approvals/queries/agent_tokens.py): every request of an agent runs it.
     """
-    token_fields = sql.fields(AgentToken, "id", "last_used_at")
-    agent_fields = sql.fields(Agent)
-    found = sql.fetch(
-        _AGENT_BY_DIGEST.format(agent_columns=sql.columns(agent_fields, "a")),
-        [token_digest(token)],
-        token_fields + agent_fields,
-    )
-    if not found:
+    found = agent_token_find(token_digest(token))
+    if found is None:
         return None
-    (token_id, last_used_at, *agent_values) = found[0]
+    token_id, last_used_at, agent = found
     now = timezone.now()
     if last_used_at is None or now - last_used_at > TOKEN_USE_RESOLUTION:
         AgentToken.objects.filter(pk=token_id).update(last_used_at=now)
-    return sql.instance(Agent, agent_fields, agent_values)  # type: ignore[no-any-return]
+    return agent
 
 
 @transaction.atomic
@@ -122,12 +107,10 @@ def agent_token_issue(*, agent: Agent, by_user: User | None = None) -> str:
     row = AgentToken.objects.create(
         agent=agent, digest=token_digest(token), prefix=token[:SHOWN_PREFIX_LENGTH]
     )
-    AuditEntry.objects.create(
-        at=timezone.now(),
+    audit_record(
+        action=AuditEntry.Action.TOKEN_ISSUED,
+        obj=row,
         user=by_user,
-        action="token issued",
-        object_type="agent token",
-        object_id=str(row.pk),
         after=f"agent {agent.pk}, prefix {row.prefix}",
     )
     return token
@@ -142,13 +125,12 @@ def agent_token_revoke(*, token_row: AgentToken, by_user: User | None = None) ->
     )
     token_row.refresh_from_db(fields=["revoked_at"])
     if revoked:
-        AuditEntry.objects.create(
-            at=now,
+        audit_record(
+            action=AuditEntry.Action.TOKEN_REVOKED,
+            obj=token_row,
             user=by_user,
-            action="token revoked",
-            object_type="agent token",
-            object_id=str(token_row.pk),
             before=f"agent {token_row.agent_id}, prefix {token_row.prefix}",
             after="revoked",
+            at=now,
         )
     return token_row

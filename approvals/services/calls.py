@@ -5,19 +5,25 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import IntegrityError
 from django.utils import timezone
 
 import capcore
-from approvals import policies, selectors, sql
-from approvals.models import Agent, AuditEntry, Call, Gate, Ledger, LedgerEntry, RunCost, RunCounter
+from approvals.models import Agent, AuditEntry, Call, Ledger, LedgerEntry
 from approvals.notify import notify_call
-from approvals.services.transactions import write_transaction
+from approvals.queries import sql
+from approvals.queries.ledgers import ledgers_create, ledgers_read
+from approvals.queries.run_counters import run_cost_count, run_cost_read, run_counter_count
+from approvals.selectors.gates import hold_seconds
+from approvals.selectors.ledgers import ledger_identity, ledgers_spent
+from approvals.selectors.policies import policy_for_agent
+from approvals.services.audit import audit_entry
+from approvals.services.submissions import Submission
+from config.runtime.sqlite_writers import write_transaction
 
 logger = logging.getLogger(__name__)
 
@@ -27,41 +33,6 @@ LEDGER_VANISHED = "a ledger was deleted while a call was being checked against i
 
 class IdempotencyConflict(Exception):
     """The same Idempotency-Key came with a different body."""
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """A validated ``POST /calls`` body; ``request_sha256`` is the digest of the raw body."""
-
-    tool: str
-    arguments: str
-    principal: str
-    run_id: str = ""
-    context: str = ""
-    usage: capcore.Usage = field(default_factory=capcore.Usage)
-    idempotency_key: str | None = None
-    request_sha256: str = ""
-
-
-# The statements every submission runs, in SQL (approvals/sql.py says why).
-_LEDGERS_CREATE = "INSERT INTO approvals_ledger (rule, currency, key_digest) VALUES {rows}"
-_LEDGERS_CREATE += " ON CONFLICT DO NOTHING"
-_LEDGERS_READ = "SELECT id, rule, currency, key_digest FROM approvals_ledger WHERE {named}"
-_LEDGERS_READ += " ORDER BY rule, currency, key_digest"
-_LEDGER_NAMED = "(rule = %s AND currency = %s AND key_digest = %s)"
-_CALL_COUNT = """
-INSERT INTO approvals_runcounter (agent_id, scope, "key", calls, tokens, started_at)
-VALUES (%s, %s, %s, 1, %s, %s)
-ON CONFLICT (agent_id, scope, "key") DO UPDATE SET
-    calls = approvals_runcounter.calls + 1,
-    tokens = approvals_runcounter.tokens + excluded.tokens
-RETURNING id, calls, tokens, started_at
-"""
-_COST_READ = "SELECT amount FROM approvals_runcost WHERE counter_id = %s AND currency = %s"
-_COST_COUNT = """
-INSERT INTO approvals_runcost (counter_id, currency, amount) VALUES (%s, %s, %s)
-ON CONFLICT (counter_id, currency) DO UPDATE SET amount = approvals_runcost.amount + %s
-"""
 
 
 def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
@@ -74,16 +45,13 @@ def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, 
     """
     if not keys:
         return {}
-    wanted = {selectors.ledger_identity(key): key for key in keys}
-    params = [value for identity in sorted(wanted) for value in identity]
-    sql.execute(_LEDGERS_CREATE.format(rows=", ".join(["(%s, %s, %s)"] * len(wanted))), params)
-    # PostgreSQL locks the rows as the sort emits them: always in this order.
-    read = sql.locking(_LEDGERS_READ.format(named=" OR ".join([_LEDGER_NAMED] * len(wanted))))
-    of = sql.fields(Ledger, "id", "rule", "currency", "key_digest")
-    ledgers = {}
-    for values in sql.fetch(read, params, of):
-        ledger: Ledger = sql.instance(Ledger, of, values)
-        ledgers[wanted[(ledger.rule, ledger.currency, ledger.key_digest)]] = ledger
+    wanted = {ledger_identity(key): key for key in keys}
+    identities = sorted(wanted)
+    ledgers_create(identities)
+    ledgers = {
+        wanted[(ledger.rule, ledger.currency, ledger.key_digest)]: ledger
+        for ledger in ledgers_read(identities, lock=True)
+    }
     if len(ledgers) != len(wanted):
         # A ledger missing here would count as nothing spent: refuse rather than guess.
         raise Ledger.DoesNotExist(LEDGER_VANISHED)
@@ -99,33 +67,18 @@ def _counted(
     scope = budget.scope if budget is not None else capcore.BudgetScope.RUN
     key = submission.run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
     usage = submission.usage
-    returned = sql.fields(RunCounter, "id", "calls", "tokens", "started_at")
-    started = sql.prepared(returned[3], now)
-    ((counter_id, calls, tokens, started_at),) = sql.fetch(
-        _CALL_COUNT, [agent.pk, scope.value, key, usage.tokens, started], returned
+    counter_id, calls, tokens, started_at = run_counter_count(
+        agent_id=agent.pk, scope=scope.value, key=key, tokens=usage.tokens, now=now
     )
     cost = 0
     if budget is not None and budget.cost_currency is not None:
-        found = sql.fetch(
-            _COST_READ, [counter_id, budget.cost_currency], sql.fields(RunCost, "amount")
-        )
-        cost = found[0][0] if found else 0
+        cost = run_cost_read(counter_id=counter_id, currency=budget.cost_currency)
     if usage.cost_currency is not None:
-        sql.execute(_COST_COUNT, [counter_id, usage.cost_currency, usage.cost, usage.cost])
+        run_cost_count(counter_id=counter_id, currency=usage.cost_currency, amount=usage.cost)
     calls_before = calls - 1
     return capcore.RunCounters(
         calls_before, tokens - usage.tokens, cost, started_at if calls_before else None
     )
-
-
-def _deadline(gates: tuple[str, ...], now: datetime) -> datetime:
-    timeouts = {
-        gate.name: gate.timeout_seconds or settings.COUNTERSIGN_HOLD_TIMEOUT
-        for gate in Gate.objects.filter(name__in=gates)
-    }
-    # A gate nobody configured cannot hold a call for ever: it gets the default timeout.
-    smallest = min(timeouts.get(g, settings.COUNTERSIGN_HOLD_TIMEOUT) for g in gates)
-    return now + timedelta(seconds=smallest)
 
 
 def ledger_record(
@@ -144,6 +97,18 @@ def ledger_record(
             for record in records
         ]
     )
+
+
+def call_end(
+    *, call: Call, status: str, comment: str, now: datetime, user: User | None = None
+) -> None:
+    """Make a call final (the caller holds its row's lock and has checked it is pending)."""
+    call.status = status
+    call.decided_at = now
+    call.decided_by = user
+    call.decision_comment = comment
+    call.updated_at = now
+    sql.update(call, "status", "decided_at", "decided_by", "decision_comment", "updated_at")
 
 
 def records_to_json(records: Sequence[capcore.LedgerRecord]) -> list[dict[str, object]]:
@@ -192,8 +157,19 @@ def _forget_stale_key(agent: Agent, submission: Submission, now: datetime) -> No
         ).update(idempotency_key=None)
 
 
+def _spent(
+    ledgers: dict[capcore.LedgerKey, Ledger],
+    windows: dict[str, capcore.Window | None],
+    now: datetime,
+) -> dict[capcore.LedgerKey, int]:
+    spent = ledgers_spent(
+        windows={ledger.pk: windows[key.rule] for key, ledger in ledgers.items()}, now=now
+    )
+    return {key: spent[ledger.pk] for key, ledger in ledgers.items()}
+
+
 def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
-    policy = policies.policy_for_agent(agent=agent)
+    policy = policy_for_agent(agent=agent)
     request = capcore.CallRequest(
         tool=submission.tool,
         arguments_text=submission.arguments,
@@ -201,26 +177,23 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         run_id=submission.run_id,
         usage=submission.usage,
     )
-    ledgers = ledger_lock(capcore.call_ledgers(request, policy.cap_rules))
+    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
     # Read the clock only once the locks are held: a time taken before waiting for them
     # would be older than the entries recorded meanwhile.
     now = clock or timezone.now()
     counters = _counted(agent, policy.budget, submission, now)
     state = capcore.PolicyState(
         now=now,
-        mode=agent.mode,
+        mode=capcore.Mode.parse(agent.mode),
         permission_rules=policy.permission_rules,
         tool_class_pins=policy.tool_class_pins,
         budget=policy.budget,
         counters=counters,
         cap_rules=policy.cap_rules,
         cap_rules_unreadable=policy.cap_rules_unreadable,
-        spent={
-            key: selectors.ledger_spent(ledger=ledger, window=policy.windows[key.rule], now=now)
-            for key, ledger in ledgers.items()
-        },
+        spent=_spent(ledgers, policy.windows, now),
     )
-    evaluation = capcore.call_evaluate(request, state)
+    evaluation = capcore.evaluate_call(request, state)
     if evaluation.error is not None:
         logger.error("policy error on a call by agent %s", agent.pk, exc_info=evaluation.error)
     verdict = evaluation.verdict
@@ -240,7 +213,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         ),
         created_at=now,
         updated_at=now,
-        expires_at=_deadline(verdict.gates, now)
+        expires_at=now + timedelta(seconds=hold_seconds(gates=verdict.gates))
         if verdict.status is capcore.Status.PENDING
         else None,
         idempotency_key=submission.idempotency_key,
@@ -251,12 +224,8 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
     sql.insert(
         [
-            AuditEntry(
-                at=now,
-                agent=agent,
-                action=f"call {verdict.status.value}",
-                object_type="call",
-                object_id=str(call.pk),
+            audit_entry(
+                action=AuditEntry.Action.call(verdict.status.value), obj=call, agent=agent, at=now
             )
         ]
     )

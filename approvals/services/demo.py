@@ -56,8 +56,12 @@ def demo_ensure(*, rules_file: Path) -> DemoSetup:
     gate_ensure(name=TWO_APPROVAL_GATE)
     Gate.objects.filter(name=TWO_APPROVAL_GATE).update(required_approvals=2)
     # Caps and gates decide for the demo agent; the intern asks before every call.
-    agent = agent_create_or_update(name=DEMO_AGENT, principal="acme-ops", mode="danger_full_access")
-    intern = agent_create_or_update(name=DEMO_PROMPT_AGENT, principal="acme-ops", mode="prompt")
+    agent = agent_create_or_update(
+        name=DEMO_AGENT, principal="acme-ops", mode=Agent.Mode.DANGER_FULL_ACCESS
+    )
+    intern = agent_create_or_update(
+        name=DEMO_PROMPT_AGENT, principal="acme-ops", mode=Agent.Mode.PROMPT
+    )
     return DemoSetup(
         approvers=DEMO_APPROVERS,
         password=DEMO_PASSWORD,

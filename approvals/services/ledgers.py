@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import AuditEntry, LedgerEntry
+from approvals.services.audit import audit_record
 
 VOID_NEEDS_REASON = "A voided entry needs a reason."
 ALREADY_VOIDED = "This entry is already void."
@@ -31,13 +32,12 @@ def ledger_entry_void(
     entry.voided_at = now or timezone.now()
     entry.void_reason = reason.strip()
     entry.save(update_fields=["voided_at", "void_reason"])
-    AuditEntry.objects.create(
-        at=entry.voided_at,
+    audit_record(
+        action=AuditEntry.Action.LEDGER_ENTRY_VOIDED,
+        obj=entry,
         user=by_user,
-        action="ledger entry voided",
-        object_type="ledgerentry",
-        object_id=str(entry.pk),
         before=f"{entry.minor} counted",
         after=f"void: {entry.void_reason}",
+        at=entry.voided_at,
     )
     return entry

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.utils import timezone
 
 import capcore
 from approvals.models import AuditEntry, Budget, CapRule, Gate
+from approvals.services.audit import audit_record, audit_snapshot
 
 _BLANKS = " \t"  # the grammar's blanks; any other character is the parser's to refuse
 
@@ -22,16 +22,14 @@ class CapRuleNameTaken(Exception):
 
 
 def gate_ensure(*, name: str, by_user: User | None = None) -> Gate:
-    """The gate called ``name``, created with the defaults of ``policies.md`` if missing
+    """The gate called ``name``, created with the defaults (docs/rules.md, "Gates") if missing
     (in the caller's transaction), so a rule can never hold a call at a gate nobody set up."""
     gate, created = Gate.objects.get_or_create(name=name)
     if created:
-        AuditEntry.objects.create(
-            at=timezone.now(),
+        audit_record(
+            action=AuditEntry.Action.GATE_CREATED,
+            obj=gate,
             user=by_user,
-            action="gate created",
-            object_type="gate",
-            object_id=str(gate.pk),
             after=f"name={gate.name!r} required_approvals={gate.required_approvals}",
         )
     return gate
@@ -64,9 +62,8 @@ def cap_rule_save(
         row = rule
     if parsed.action.kind is capcore.ActionKind.GATE:
         gate_ensure(name=parsed.action.gate, by_user=by_user)
-    before = ""
-    if row.pk is not None:
-        before = CapRule.objects.filter(pk=row.pk).values_list("line", flat=True).first() or ""
+    # The row as stored: an admin's form has already changed ``rule`` in memory.
+    stored = None if row.pk is None else CapRule.objects.filter(pk=row.pk).first()
     row.name = parsed.name
     row.name_folded = folded
     row.line = line.strip(_BLANKS)
@@ -74,27 +71,14 @@ def cap_rule_save(
     if description is not None:
         row.description = description
     row.save()
-    AuditEntry.objects.create(
-        at=timezone.now(),
+    audit_record(
+        action=AuditEntry.Action.CAP_RULE_SAVED,
+        obj=row,
         user=by_user,
-        action="cap rule saved",
-        object_type="cap rule",
-        object_id=str(row.pk),
-        before=before,
-        after=row.line,
+        before="" if stored is None else audit_snapshot(stored),
+        after=audit_snapshot(row),
     )
     return row
-
-
-def _rule_lines(text: str) -> list[str]:
-    """The lines of a rules file that hold a rule, as ``capcore.parse_rules`` reads them."""
-    lines = []
-    for raw in text.split("\n"):
-        line = raw.removesuffix("\r")
-        content = line.strip(_BLANKS)
-        if content and not content.startswith("#"):
-            lines.append(line)
-    return lines
 
 
 def rules_import(*, text: str, replace: bool = False, by_user: User | None = None) -> list[CapRule]:
@@ -102,25 +86,21 @@ def rules_import(*, text: str, replace: bool = False, by_user: User | None = Non
     column, nothing changed), then all are created or updated by casefolded name in one
     transaction, enabled, the file's spelling winning. ``replace`` also disables every enabled
     rule the file does not name."""
-    parsed = capcore.parse_rules(text)
-    lines = _rule_lines(text)
-    assert len(lines) == len(parsed), "rules file lines and parsed rules disagree"
+    parsed = capcore.parse_rules_with_lines(text)
     with transaction.atomic():
         saved = [
-            cap_rule_save(line=line, enabled=True, description=None, by_user=by_user)
-            for line in lines
+            cap_rule_save(line=line.text, enabled=True, description=None, by_user=by_user)
+            for line in parsed
         ]
         if replace:
-            named = {rule.name.casefold() for rule in parsed}
+            named = {line.rule.name.casefold() for line in parsed}
             for row in CapRule.objects.filter(enabled=True).exclude(name_folded__in=named):
                 row.enabled = False
                 row.save(update_fields=["enabled", "updated_at"])
-                AuditEntry.objects.create(
-                    at=timezone.now(),
+                audit_record(
+                    action=AuditEntry.Action.CAP_RULE_DISABLED,
+                    obj=row,
                     user=by_user,
-                    action="cap rule disabled",
-                    object_type="cap rule",
-                    object_id=str(row.pk),
                     before="enabled",
                     after="disabled (not in the imported rules file)",
                 )
@@ -150,7 +130,7 @@ def rules_export() -> str:
 @transaction.atomic
 def budget_save(*, budget: Budget, by_user: User | None = None) -> Budget:
     """Save a budget; a budget that holds calls at a gate creates that gate if missing."""
-    if budget.action == "gate":
+    if budget.action == Budget.Action.GATE:
         gate_ensure(name=budget.gate, by_user=by_user)
     budget.save()
     return budget

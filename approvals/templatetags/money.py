@@ -9,16 +9,16 @@ from __future__ import annotations
 from django import template
 
 import capcore
-from approvals.selectors import Money
 
 register = template.Library()
 
 
 @register.filter
-def money(value: Money | int | None, currency: str | None = None) -> str:
-    """A ``Money``, or a count of minor units with its currency code as the argument
+def money(value: capcore.Limit | int | None, currency: str | None = None) -> str:
+    """An amount as a ``capcore.Limit`` (a currency, its exponent and a count of minor
+    units), or a count of minor units with its currency code as the argument
     (``{{ minor|money:"JPY" }}``). The text is plain (autoescaped like any other)."""
-    if isinstance(value, Money):
+    if isinstance(value, capcore.Limit):
         digits = capcore.format_amount(value.minor, value.exponent, grouping=True)
         return f"{value.currency} {digits}"
     if value is None or currency is None:

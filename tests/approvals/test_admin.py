@@ -4,6 +4,7 @@ change is audited, the audit log is read-only, tokens are shown once."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 import pytest
@@ -27,6 +28,7 @@ from approvals.models import (
     ToolClass,
 )
 from approvals.services.agents import agent_authenticate, agent_token_issue
+from approvals.services.audit import audit_object_type
 from approvals.services.calls import Submission, call_submit
 from approvals.services.rules import cap_rule_save
 
@@ -147,11 +149,13 @@ def test_a_good_rule_is_saved_with_its_gate_and_audited(admin_client: Client) ->
     assert (rule.name, rule.name_folded, rule.line, rule.description) == ("big", "big", line, "d")
     assert Gate.objects.filter(name="treasury").exists()
     admin = User.objects.get(username="admin")
-    added = AuditEntry.objects.get(action="admin add")
-    assert (added.user, added.object_type, added.object_id) == (admin, "caprule", str(rule.pk))
-    assert line in added.after
-    assert AuditEntry.objects.get(action="cap rule saved").user == admin
+    # One entry for the rule (the service's), one for the gate it named.
+    saved = AuditEntry.objects.get(object_type=AuditEntry.ObjectType.CAP_RULE)
+    assert (saved.action, saved.user, saved.object_id) == ("cap rule saved", admin, str(rule.pk))
+    assert saved.before == ""
+    assert json.loads(saved.after)[0]["fields"]["line"] == line
     assert AuditEntry.objects.get(action="gate created").user == admin
+    assert AuditEntry.objects.count() == 2
 
 
 def test_editing_a_rule_can_rename_it_and_is_audited(admin_client: Client) -> None:
@@ -161,9 +165,36 @@ def test_editing_a_rule_can_rename_it_and_is_audited(admin_client: Client) -> No
     assert response.status_code == 302
     rule.refresh_from_db()
     assert (rule.name, rule.name_folded, rule.line) == ("Bigger", "bigger", new)
-    changed = AuditEntry.objects.get(action="admin change")
+    changed = AuditEntry.objects.get(user__username="admin")
+    assert (changed.action, changed.object_type) == ("cap rule saved", "cap rule")
     assert "USD 500.00" in changed.before
     assert "USD 600.00" in changed.after
+
+
+def test_one_admin_save_of_a_rule_writes_one_entry_that_shows_what_changed(
+    admin_client: Client,
+) -> None:
+    line = "big: pay arg=amount max USD 500.00 -> refuse"
+    rule = cap_rule_save(line=line, description="old")
+    response = admin_client.post(
+        url(CapRule, "change", rule.pk), {"line": line, "description": "new"}
+    )
+    assert response.status_code == 302
+    changed = AuditEntry.objects.get(user__username="admin")
+    old, new = (json.loads(text)[0]["fields"] for text in (changed.before, changed.after))
+    assert (old["enabled"], old["description"]) == (True, "old")
+    assert (new["enabled"], new["description"]) == (False, "new")
+
+
+def test_deleting_a_rule_in_admin_spells_its_type_like_the_service(admin_client: Client) -> None:
+    rule = cap_rule_save(line="big: pay arg=amount max USD 500.00 -> refuse")
+    admin_client.post(url(CapRule, "delete", rule.pk), {"post": "yes"})
+    assert not CapRule.objects.exists()
+    entries = AuditEntry.objects.filter(object_id=str(rule.pk)).order_by("pk")
+    assert [(e.action, e.object_type) for e in entries] == [
+        ("cap rule saved", "cap rule"),
+        ("admin delete", "cap rule"),
+    ]
 
 
 def test_a_rule_cannot_take_another_rules_name(admin_client: Client) -> None:
@@ -282,7 +313,29 @@ def test_a_budget_naming_a_gate_creates_it(admin_client: Client) -> None:
     )
     assert response.status_code == 302
     assert Gate.objects.filter(name="ops").exists()
-    assert AuditEntry.objects.filter(action="admin add", object_type="budget").exists()
+    assert AuditEntry.objects.filter(action="admin add", object_type="budget").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("model", "data"),
+    [
+        (Gate, {"name": "ops", "required_approvals": "1", "timeout_seconds": ""}),
+        (ToolClass, {"pattern": "pay*", "tool_class": "dangerous"}),
+        (PermissionRule, {"pattern": "pay", "decision": "ask"}),
+        (Budget, {"scope": "run", "action": "refuse", "max_calls": "5"}),
+        (Agent, {"name": "bot", "principal": "carol", "mode": "default", "active": "on"}),
+    ],
+)
+def test_every_admin_save_writes_exactly_one_entry(
+    admin_client: Client, model: type[Model], data: dict[str, str]
+) -> None:
+    inline = {"tokens-TOTAL_FORMS": "0", "tokens-INITIAL_FORMS": "0"} if model is Agent else {}
+    assert admin_client.post(url(model, "add"), {**data, **inline}).status_code == 302
+    row = model._default_manager.order_by("-pk").first()
+    assert row is not None
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.object_id) == ("admin add", str(row.pk))
+    assert entry.object_type == audit_object_type(model)
 
 
 def test_the_audit_log_cannot_be_added_changed_or_deleted(admin_client: Client) -> None:

@@ -5,21 +5,22 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
 from approvals.models import AuditEntry
+from tests.factories import user_make
 
 
 @pytest.fixture
 def root(db: None) -> Client:
     client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
+    client.force_login(user_make(username="root", superuser=True))
     return client
 
 
 def test_granting_decide_call_to_a_user_is_audited(root: Client) -> None:
-    alice = User.objects.create_user("alice", password="secret-pw")
+    alice = user_make(username="alice", decide=False, password="secret-pw")
     decide = Permission.objects.get(codename="decide_call")
     response = root.post(
         f"/admin/auth/user/{alice.pk}/change/",

@@ -1,4 +1,4 @@
-"""The agent HTTP API (``agent-api.md``) through Django's test client, and its body limit
+"""The agent HTTP API (docs/api.md) through Django's test client, and its body limit
 through the ASGI application."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from approvals import api
+from approvals import errors, openapi
 from approvals.models import (
     Agent,
     AgentToken,
@@ -31,6 +31,7 @@ from approvals.models import (
     PermissionRule,
     RunCounter,
 )
+from approvals.services import submissions
 from approvals.services.decisions import DEFAULT_DENY_COMMENT, call_decide
 from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT, calls_expire_due
 from approvals.services.rules import budget_save, cap_rule_save
@@ -224,7 +225,7 @@ def test_another_unrevoked_token_of_the_same_agent_still_works(agent: Agent) -> 
 def test_a_disabled_agent_is_403(agent: Agent) -> None:
     state = created(call_of())
     Agent.objects.filter(pk=agent.pk).update(active=False)
-    assert assert_error(bearer().get(CALLS), 403, "agent_disabled") == api.AGENT_DISABLED
+    assert assert_error(bearer().get(CALLS), 403, "agent_disabled") == errors.AGENT_DISABLED
     assert_error(submit(call_of()), 403, "agent_disabled")
     assert_error(bearer().get(f"{CALLS}/{state['id']}"), 403, "agent_disabled")
     assert_error(bearer().post(f"{CALLS}/{state['id']}/cancel"), 403, "agent_disabled")
@@ -238,9 +239,9 @@ def test_another_agents_call_is_404_for_get_and_cancel(agent: Agent, other: Agen
     missing = str(uuid.uuid4())
     for call_id in (theirs["id"], missing):
         get = bearer().get(f"{CALLS}/{call_id}")
-        assert assert_error(get, 404, "not_found") == api.NOT_FOUND
+        assert assert_error(get, 404, "not_found") == errors.NOT_FOUND
         cancel = bearer().post(f"{CALLS}/{call_id}/cancel")
-        assert assert_error(cancel, 404, "not_found") == api.NOT_FOUND
+        assert assert_error(cancel, 404, "not_found") == errors.NOT_FOUND
     # The refused cancel changed nothing; its owner still sees it pending.
     assert fetch(theirs, bearer(OTHER_TOKEN))["status"] == "pending"
     assert bearer().get(CALLS).json() == {"items": [], "count": 0}
@@ -415,7 +416,7 @@ def test_a_missing_tool_or_arguments_is_400(agent: Agent, body: dict[str, object
     ],
 )
 def test_a_tool_name_outside_the_pattern_is_400(agent: Agent, tool: str) -> None:
-    assert_bad_request(call_of(tool), api.BAD_TOOL)
+    assert_bad_request(call_of(tool), submissions.BAD_TOOL)
 
 
 @pytest.mark.parametrize("tool", ["Pay", "pay", "x" * 128, "_t", "fs.read_file", "a:b/c-d.e_f"])
@@ -424,13 +425,13 @@ def test_a_tool_name_matching_the_pattern_is_accepted(agent: Agent, tool: str) -
 
 
 def test_a_tool_name_given_as_a_number_is_400(agent: Agent) -> None:
-    assert_bad_request(b'{"tool": 123, "arguments": "{}"}', api.BAD_TOOL)
+    assert_bad_request(b'{"tool": 123, "arguments": "{}"}', submissions.BAD_TOOL)
 
 
 @pytest.mark.parametrize("arguments", ["12", "12.5", "[]", '["a"]', "null", "true", "false"])
 def test_arguments_that_are_neither_string_nor_object_are_400(agent: Agent, arguments: str) -> None:
     assert_bad_request(
-        f'{{"tool": "read_file", "arguments": {arguments}}}'.encode(), api.BAD_ARGUMENTS
+        f'{{"tool": "read_file", "arguments": {arguments}}}'.encode(), submissions.BAD_ARGUMENTS
     )
 
 
@@ -483,13 +484,13 @@ def test_an_unknown_member_is_400(agent: Agent, raw: bytes) -> None:
     ],
 )
 def test_a_body_that_is_not_strict_json_is_400(agent: Agent, raw: bytes, category: str) -> None:
-    assert_bad_request(raw, api.BODY_NOT_STRICT.format(category=category))
+    assert_bad_request(raw, submissions.BODY_NOT_STRICT.format(category=category))
 
 
 def test_a_nesting_of_100_levels_is_400(agent: Agent) -> None:
     deep = "[" * 100 + "]" * 100
     raw = f'{{"tool": "pay", "arguments": {{"a": {deep}}}}}'.encode()
-    message = api.BODY_NOT_STRICT.format(category="nested deeper than 64 levels")
+    message = submissions.BODY_NOT_STRICT.format(category="nested deeper than 64 levels")
     assert_bad_request(raw, message)
 
 
@@ -513,19 +514,19 @@ def test_a_form_encoded_body_is_400(agent: Agent) -> None:
 
 @pytest.mark.parametrize("raw", [b"[]", b'[{"tool": "pay", "arguments": "{}"}]', b'"x"', b"1"])
 def test_a_body_that_is_not_an_object_is_400(agent: Agent, raw: bytes) -> None:
-    assert_bad_request(raw, api.BODY_NOT_OBJECT)
+    assert_bad_request(raw, submissions.BODY_NOT_OBJECT)
 
 
 @pytest.mark.parametrize("field", ["principal", "run_id", "context"])
 def test_u0000_in_a_text_field_is_400(agent: Agent, field: str) -> None:
     Agent.objects.filter(pk=agent.pk).update(allowed_principals="*")
-    assert_bad_request(call_of(**{field: "a\x00b"}), api.NUL_CHARACTER)
+    assert_bad_request(call_of(**{field: "a\x00b"}), submissions.NUL_CHARACTER)
 
 
 def test_u0000_in_the_arguments_text_is_400(agent: Agent) -> None:
     # The body's escape \u0000 puts a raw U+0000 into the arguments text.
     assert_bad_request(
-        b'{"tool": "read_file", "arguments": "{\\"a\\": \\"\\u0000\\"}"}', api.NUL_CHARACTER
+        b'{"tool": "read_file", "arguments": "{\\"a\\": \\"\\u0000\\"}"}', submissions.NUL_CHARACTER
     )
 
 
@@ -551,7 +552,8 @@ def test_text_fields_have_length_limits(agent: Agent, field: str, limit: int) ->
     call = Call.objects.get(pk=at_limit["id"])
     assert getattr(call, field) == "\u00e9" * limit
     assert_bad_request(
-        call_of(**{field: "\u00e9" * (limit + 1)}), api.BAD_TEXT.format(field=field, limit=limit)
+        call_of(**{field: "\u00e9" * (limit + 1)}),
+        submissions.BAD_TEXT.format(field=field, limit=limit),
     )
 
 
@@ -573,7 +575,7 @@ def test_the_principal_defaults_to_the_agents_and_run_id_to_empty(agent: Agent) 
 
 def test_a_principal_the_agent_may_not_act_for_is_403_and_creates_no_call(agent: Agent) -> None:
     response = submit(call_of(principal="mallory"))
-    assert assert_error(response, 403, "principal_forbidden") == api.PRINCIPAL_FORBIDDEN
+    assert assert_error(response, 403, "principal_forbidden") == submissions.PRINCIPAL_FORBIDDEN
     assert "mallory" not in response.content.decode()
     assert Call.objects.count() == 0
     assert RunCounter.objects.count() == 0
@@ -676,7 +678,7 @@ def test_reported_cost_trips_a_cost_budget(agent: Agent) -> None:
 )
 def test_malformed_usage_is_400(agent: Agent, usage: str) -> None:
     raw = f'{{"tool": "read_file", "arguments": "{{}}", "usage": {usage}}}'.encode()
-    assert_bad_request(raw, api.BAD_USAGE)
+    assert_bad_request(raw, submissions.BAD_USAGE)
     assert RunCounter.objects.count() == 0
 
 
@@ -1061,7 +1063,7 @@ def test_a_replay_is_compared_byte_for_byte(agent: Agent) -> None:
         b'{"tool": "list_files", "arguments": "{}"}',
     ):
         response = submit(body, key="k")
-        assert assert_error(response, 409, "idempotency_conflict") == api.IDEMPOTENCY_CONFLICT
+        assert assert_error(response, 409, "idempotency_conflict") == errors.IDEMPOTENCY_CONFLICT
     assert Call.objects.count() == 1
 
 
@@ -1087,7 +1089,7 @@ def test_concurrent_requests_with_one_key_create_one_call() -> None:
 
 def test_an_idempotency_key_over_200_characters_is_400(agent: Agent) -> None:
     response = submit(call_of(), key="k" * 201)
-    assert assert_error(response, 400, "bad_request") == api.BAD_IDEMPOTENCY_KEY
+    assert assert_error(response, 400, "bad_request") == submissions.BAD_IDEMPOTENCY_KEY
     assert Call.objects.count() == 0
     assert submit(call_of(), key="k" * 200).status_code == 201
     assert submit(call_of(), key="k" * 200).status_code == 200
@@ -1153,7 +1155,7 @@ def test_cancel_ends_a_pending_call_and_a_final_one_is_409(db: None) -> None:
     assert cancelled["expires_at"] is None
     assert fetch(state) == cancelled
     again = bearer().post(f"{CALLS}/{state['id']}/cancel")
-    assert assert_error(again, 409, "already_final") == api.ALREADY_FINAL
+    assert assert_error(again, 409, "already_final") == errors.ALREADY_FINAL
     assert fetch(state) == cancelled
 
 
@@ -1226,7 +1228,7 @@ def test_an_empty_run_id_filter_lists_the_default_run(agent: Agent) -> None:
     ],
 )
 def test_a_malformed_list_query_is_400(agent: Agent, query: dict[str, str]) -> None:
-    assert assert_error(bearer().get(CALLS, query), 400, "bad_request") == api.BAD_QUERY
+    assert assert_error(bearer().get(CALLS, query), 400, "bad_request") == errors.BAD_QUERY
 
 
 def test_the_currency_table_needs_no_token(db: None) -> None:
@@ -1251,7 +1253,7 @@ def test_the_openapi_document_lists_every_operation(db: None) -> None:
         ("/api/v1/currencies", "get"),
     } <= operations
     submit_body = paths["/api/v1/calls"]["post"]["requestBody"]["content"]["application/json"]
-    assert set(submit_body["schema"]["properties"]) == set(api.BODY_FIELDS)
+    assert set(submit_body["schema"]["properties"]) == set(submissions.BODY_FIELDS)
     assert "422" not in json.dumps(paths)
 
 
@@ -1269,12 +1271,12 @@ def test_the_openapi_document_states_the_limits_the_server_enforces(
     assert (timeout["minimum"], timeout["maximum"], timeout["default"]) == (0, 40, 25)
     offset = _parameter(paths, "/api/v1/calls", "get", "offset")
     assert (offset["minimum"], offset["maximum"]) == (0, 10**9)
-    assert _parameter(paths, "/api/v1/calls", "get", "run_id")["pattern"] == api.NO_NUL
+    assert _parameter(paths, "/api/v1/calls", "get", "run_id")["pattern"] == openapi.NO_NUL
     make_agent()
     # The documented maximum is served, and just past it is refused.
     assert bearer().get("/api/v1/calls?offset=1000000000").status_code == 200
     refused = bearer().get("/api/v1/calls?offset=1000000001")
-    assert refused.json()["error"]["message"] == api.BAD_QUERY
+    assert refused.json()["error"]["message"] == errors.BAD_QUERY
 
 
 def test_the_interactive_docs_render(db: None) -> None:

@@ -3,7 +3,6 @@ against the file-backed test database (and PostgreSQL when DATABASE_URL says so)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections import Counter
@@ -15,8 +14,8 @@ from django.db import connection
 from django.test import Client
 from django.test.client import ClientHandler
 
-from approvals.models import Agent, AgentToken, Call, LedgerEntry
-from approvals.services.rules import cap_rule_save
+from approvals.models import Call, LedgerEntry
+from tests.factories import agent_with_token, rule_make
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TOKEN = "cs_race-test-token"
@@ -47,13 +46,6 @@ def _ready_for_200(transactional_db: None, settings: Any) -> None:
     held = [pool.getconn(timeout=60) for _ in range(pool.max_size)]
     for psycopg_connection in held:
         pool.putconn(psycopg_connection)
-
-
-def _agent() -> None:
-    agent = Agent.objects.create(name="racer", principal="user-1", mode="danger_full_access")
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(TOKEN.encode()).hexdigest(), prefix=TOKEN[:8]
-    )
 
 
 def _race(count: int, request: Callable[[Client], int]) -> list[int]:
@@ -88,8 +80,8 @@ def _race(count: int, request: Callable[[Client], int]) -> list[int]:
 
 
 def test_200_simultaneous_submissions_allow_exactly_the_limit() -> None:
-    _agent()
-    cap_rule_save(line="race: pay arg=amount sum USD 1000.00 -> gate")
+    agent_with_token(token=TOKEN, name="racer", principal="user-1")
+    rule_make(line="race: pay arg=amount sum USD 1000.00 -> gate")
     body = json.dumps({"tool": "pay", "arguments": '{"amount": "10.00"}'})
 
     def submit(client: Client) -> int:
@@ -104,7 +96,7 @@ def test_200_simultaneous_submissions_allow_exactly_the_limit() -> None:
 
 
 def test_concurrent_requests_with_one_idempotency_key_create_one_call() -> None:
-    _agent()
+    agent_with_token(token=TOKEN, name="racer", principal="user-1")
     body = json.dumps({"tool": "read_file", "arguments": "{}"})
 
     def submit(client: Client) -> int:

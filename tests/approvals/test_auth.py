@@ -10,6 +10,7 @@ from django.test import Client
 from pytest_django import DjangoAssertNumQueries
 
 from approvals.auth import PermissionBackend
+from tests.factories import user_make
 
 pytestmark = pytest.mark.django_db
 
@@ -25,11 +26,9 @@ def _fresh(user: User) -> User:
 
 @pytest.fixture
 def approver() -> User:
-    user = User.objects.create_user("ann", password="pw")
-    user.user_permissions.add(_permission("view_call"))
     reviewers = Group.objects.create(name="reviewers")
     reviewers.permissions.add(_permission("decide_call"), _permission("view_call"))
-    user.groups.add(reviewers)
+    user = user_make(username="ann", decide=False, view=True, groups=[reviewers])
     Group.objects.create(name="others").permissions.add(_permission("change_caprule"))
     return user
 
@@ -41,7 +40,7 @@ def test_own_and_group_permissions_are_modelbackends(approver: User) -> None:
 
 
 def test_a_superuser_holds_every_permission() -> None:
-    boss = User.objects.create_superuser("boss", password="pw")
+    boss = user_make(username="boss", superuser=True)
     ours = PermissionBackend().get_all_permissions(_fresh(boss))
     assert ours == ModelBackend().get_all_permissions(_fresh(boss))
     assert len(ours) == Permission.objects.count()

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from approvals.models import Agent, AgentToken, Call, CapRule
 from approvals.services.agents import agent_authenticate, agent_token_revoke
-from approvals.services.calls import Submission, call_submit
 from approvals.services.rules import cap_rule_save
+from tests.factories import agent_make, call_make, payment, rule_make
 
 pytestmark = pytest.mark.django_db
 
@@ -177,17 +177,14 @@ def test_export_rules_round_trips_through_import_rules(tmp_path: Path) -> None:
 
 
 def held_call(agent: Agent) -> Call:
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(tool="pay", arguments='{"amount": "600.00"}', principal="carol"),
-    )
+    call = call_make(agent=agent, arguments=payment("600.00"))
     assert call.status == "pending"
     return call
 
 
 def test_expire_calls_expires_only_calls_past_their_deadline() -> None:
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
-    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    agent = agent_make()
     due, waiting = held_call(agent), held_call(agent)
     Call.objects.filter(pk=due.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     out, _ = run("expire_calls")

@@ -15,11 +15,12 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from approvals.models import Agent, AgentToken, Call
-from approvals.selectors import call_state
-from approvals.services.calls import Submission, call_submit
+from approvals.selectors.calls import call_state
+from approvals.services.calls import call_submit
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import EXPIRED_COMMENT, call_extend
 from approvals.services.rules import cap_rule_save
+from approvals.services.submissions import Submission
 from config.asgi import application
 from tests.asgi import PROMPTLY
 

@@ -7,14 +7,14 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Agent, Call
-from approvals.selectors import HistoryFilters, history_calls
+from approvals.selectors.history import HistoryFilters, history_calls
 from approvals.views import HISTORY_PAGE_SIZE
+from tests.factories import agent_make, user_make
 
 START = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -22,8 +22,8 @@ START = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 @pytest.fixture
 def agents(db: None) -> tuple[Agent, Agent]:
     return (
-        Agent.objects.create(name="bot", principal="carol"),
-        Agent.objects.create(name="other-bot", principal="dave"),
+        agent_make(),
+        agent_make(name="other-bot", principal="dave"),
     )
 
 
@@ -52,10 +52,8 @@ def make_calls(agent: Agent, count: int, **fields: object) -> list[Call]:
 
 
 def viewer() -> Client:
-    user = User.objects.create_user("victor", password="pw")
-    user.user_permissions.add(Permission.objects.get(codename="view_call"))
     client = Client()
-    client.force_login(user)
+    client.force_login(user_make(username="victor", decide=False, view=True))
     return client
 
 
@@ -80,7 +78,7 @@ def test_each_row_links_to_its_call_and_shows_status_and_decider(
     agents: tuple[Agent, Agent],
 ) -> None:
     bot, _ = agents
-    alice = User.objects.create_user("alice")
+    alice = user_make(username="alice", decide=False)
     (call,) = make_calls(bot, 1, status="denied", decided_by=alice, decision_comment="no")
     html = viewer().get("/history/").content.decode()
     assert f'href="/calls/{call.pk}/"' in html
@@ -158,7 +156,7 @@ def test_the_query_count_does_not_grow_with_the_rows(
     agents: tuple[Agent, Agent], django_assert_max_num_queries: object
 ) -> None:
     bot, other = agents
-    alice = User.objects.create_user("alice")
+    alice = user_make(username="alice", decide=False)
     client = viewer()
     queries = ["", f"?agent={other.pk}&status=denied"]
     make_calls(bot, 1)

@@ -15,9 +15,10 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from approvals.models import Agent, AgentToken, Call
-from approvals.services.calls import Submission, call_submit
+from approvals.services.calls import call_submit
 from approvals.services.decisions import call_decide
 from approvals.services.rules import cap_rule_save
+from approvals.services.submissions import Submission
 from config.asgi import application
 from tests.asgi import PROMPTLY, finished
 

@@ -13,22 +13,24 @@ from datetime import datetime, timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
-import capcore
 from approvals.consumers import _call_html, _queue_html
-from approvals.models import Agent, Call, Gate, Ledger, LedgerEntry
-from approvals.selectors import call_page, ledger_spent, stored_rule
+from approvals.models import Agent, Call, Ledger, LedgerEntry
+from approvals.selectors.call_page import call_page
+from approvals.selectors.ledgers import ledger_spent
+from approvals.selectors.rules import stored_rule
 from approvals.services.agents import agent_create_or_update
-from approvals.services.calls import Submission, call_submit
 from approvals.services.decisions import call_decide
 from approvals.services.ledgers import ledger_entry_void
 from approvals.services.lifecycle import call_cancel, call_extend, calls_expire_due
-from approvals.services.rules import cap_rule_save, gate_ensure
+from approvals.services.rules import gate_ensure
 from approvals.views import HISTORY_PAGE_SIZE
+from capcore.caps import digest_key
+from tests.factories import call_make, gate_make, rule_make, user_make
 
 # What each page costs with a few rows: four to know who asks (the session, the user, their
 # own and their groups' permissions), then the page's own reads. A query per row, approval,
@@ -75,38 +77,25 @@ class World:
     pending: list[Call] = field(default_factory=list)
 
 
-def person(username: str, *groups: Group) -> User:
-    user = User.objects.create_user(username, password="pw")
-    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
-    user.groups.add(*groups)
-    return User.objects.get(pk=user.pk)
-
-
 @pytest.fixture
 def world(db: None) -> World:
     for line in RULES:
-        cap_rule_save(line=line)
+        rule_make(line=line)
     treasury, legal = Group.objects.create(name="treasury"), Group.objects.create(name="legal")
-    Gate.objects.filter(name="treasury").update(group=treasury, required_approvals=3)
-    Gate.objects.filter(name="legal").update(group=legal)
+    gate_make(name="treasury", group=treasury, required_approvals=3)
+    gate_make(name="legal", group=legal)
     gate_ensure(name="")
     agents = tuple(
         agent_create_or_update(name=f"agent-{k}", principal=f"principal-{k}", mode="allow")
         for k in range(3)
     )
     prompting = agent_create_or_update(name="asker", principal="principal-a", mode="prompt")
-    return World(agents, prompting, person("alice", treasury), person("bob", treasury))
+    alice = user_make(username="alice", groups=[treasury])
+    return World(agents, prompting, alice, user_make(username="bob", groups=[treasury]))
 
 
 def submit(agent: Agent, tool: str, arguments: str, *, at: datetime | None = None) -> Call:
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(
-            tool=tool, arguments=arguments, principal=agent.principal, context="pays an invoice"
-        ),
-        now=at,
-    )
-    return call
+    return call_make(agent=agent, tool=tool, arguments=arguments, context="pays an invoice", now=at)
 
 
 def decide(call: Call, user: User, *, approve: bool = True, comment: str = "") -> None:
@@ -325,7 +314,7 @@ def test_the_totals_shown_are_the_ledgers_totals(world: World) -> None:
         "by-payee": "by-payee: pay arg=amount sum USD 100000.00 per week by arg=payee -> gate",
     }
     for line in lines.values():
-        cap_rule_save(line=line)
+        rule_make(line=line)
     agent, now = world.agents[0], timezone.now()
     for hours, payee in ((24, "ada"), (23, "ada"), (20, "ada"), (1, "bob"), (0, "ada")):
         arguments = f'{{"amount": "1{hours}.00", "payee": "{payee}"}}'
@@ -335,7 +324,7 @@ def test_the_totals_shown_are_the_ledgers_totals(world: World) -> None:
     held = submit(agent, "pay", '{"amount": "1250.00", "payee": "ada"}')
     page = call_page(call_id=held.pk, user=world.alice, now=now)
     assert page is not None
-    keys = {"by-payee": capcore.key_digest("ada"), "daily": capcore.key_digest(agent.principal)}
+    keys = {"by-payee": digest_key("ada"), "daily": digest_key(agent.principal)}
     shown = {cap.rule: cap.spent for cap in page.caps if cap.kind == "sum"}
     assert set(shown) == {"daily", "weekly", "monthly", *lines}
     for name, spent in shown.items():

@@ -20,9 +20,10 @@ from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Agent, Budget, CapRule, PermissionRule, PolicyStamp, ToolClass
-from approvals.policies import policy_for_agent, policy_stamp
-from approvals.services.calls import Submission, call_submit
+from approvals.queries.policy_stamps import policy_stamp_read
+from approvals.selectors.policies import policy_for_agent
 from approvals.services.rules import budget_save, cap_rule_save
+from tests.factories import agent_make, call_make, payment, rule_make
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,16 +39,12 @@ POLICY_TABLES = (
 
 @pytest.fixture
 def agent(transactional_db: None) -> Agent:
-    cap_rule_save(line=CAP)
-    return Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+    rule_make(line=CAP)
+    return agent_make()
 
 
 def submit(agent: Agent, amount: str = "50.00", tool: str = "pay") -> str:
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(tool=tool, arguments=f'{{"amount": "{amount}"}}', principal="carol"),
-    )
-    return call.status
+    return call_make(agent=agent, tool=tool, arguments=payment(amount)).status
 
 
 def outside_django(sql: str, *params: object) -> None:
@@ -85,7 +82,7 @@ def test_after_the_first_call_the_policy_tables_are_not_read_again(agent: Agent)
 
 
 def test_each_agent_has_its_own_policy(agent: Agent) -> None:
-    other = Agent.objects.create(name="other", principal="carol", mode="danger_full_access")
+    other = agent_make(name="other")
     assert (submit(agent), submit(other)) == ("allowed", "allowed")
     PermissionRule.objects.create(agent=agent, pattern="pay", decision="deny")
     assert (submit(agent), submit(other)) == ("refused", "allowed")
@@ -197,16 +194,16 @@ def test_every_kind_of_write_to_a_policy_table_renews_the_stamp(agent: Agent, ta
     new_row, field, first, second = NEW_ROWS[table]
     row = new_row()
     model = type(row)
-    stamps = [policy_stamp()]
+    stamps = [policy_stamp_read()]
     row.save()
-    stamps.append(policy_stamp())
+    stamps.append(policy_stamp_read())
     setattr(row, field, first)
     row.save()
-    stamps.append(policy_stamp())
+    stamps.append(policy_stamp_read())
     model._default_manager.filter(pk=row.pk).update(**{field: second})
-    stamps.append(policy_stamp())
+    stamps.append(policy_stamp_read())
     model._default_manager.filter(pk=row.pk).delete()
-    stamps.append(policy_stamp())
+    stamps.append(policy_stamp_read())
     assert None not in stamps
     assert len(set(stamps)) == len(stamps)
 
@@ -240,21 +237,21 @@ def one_trigger_gone() -> Iterator[None]:
 def test_with_a_trigger_missing_every_call_reads_the_policy(agent: Agent) -> None:
     submit(agent)
     with one_trigger_gone():
-        assert policy_stamp() is None
+        assert policy_stamp_read() is None
         assert policy_reads(lambda: submit(agent)) != []
         CapRule.objects.filter(name_folded="per-payment").update(line=LOWER_CAP)
         assert submit(agent, "50.00") == "pending"
-    assert policy_stamp() is not None
+    assert policy_stamp_read() is not None
 
 
 def test_without_the_stamp_row_every_call_reads_the_policy(agent: Agent) -> None:
     submit(agent)
     PolicyStamp.objects.all().delete()  # as a flush leaves it
-    assert policy_stamp() is None
+    assert policy_stamp_read() is None
     assert policy_reads(lambda: submit(agent)) != []
     assert policy_reads(lambda: submit(agent)) != []
     cap_rule_save(line=LOWER_CAP)  # the triggers write the row again
-    assert policy_stamp() is not None
+    assert policy_stamp_read() is not None
     assert submit(agent, "50.00") == "pending"
 
 

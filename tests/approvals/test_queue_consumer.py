@@ -13,16 +13,15 @@ import uuid
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from approvals.models import Agent, Call, Gate
-from approvals.services.calls import Submission, call_submit
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import calls_expire_due
-from approvals.services.rules import cap_rule_save
 from config.asgi import application
 from tests.asgi import PROMPTLY
+from tests.factories import agent_make, call_make, payment, rule_make, user_make
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -32,14 +31,8 @@ QUEUE = "/ws/v1/queue"
 
 @pytest.fixture
 def agent(transactional_db: None) -> Agent:
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
-    return Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
-
-
-def _person(username: str, *permissions: str) -> User:
-    user = User.objects.create_user(username, password="pw")
-    user.user_permissions.add(*Permission.objects.filter(codename__in=permissions))
-    return User.objects.get(pk=user.pk)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    return agent_make()
 
 
 def _session_cookie(user: User) -> str:
@@ -48,23 +41,19 @@ def _session_cookie(user: User) -> str:
     return f"sessionid={client.cookies['sessionid'].value}"
 
 
-async def logged_in(username: str, *permissions: str) -> tuple[User, str]:
+async def logged_in(username: str, *, decide: bool = True, view: bool = False) -> tuple[User, str]:
     """A new user and the cookie header of a logged-in session of theirs."""
-    user = await sync_to_async(_person, thread_sensitive=True)(username, *permissions)
-    return user, await sync_to_async(_session_cookie, thread_sensitive=True)(user)
-
-
-def _submit(agent: Agent, amount: str, tool: str) -> Call:
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(tool=tool, arguments=f'{{"amount": "{amount}"}}', principal="carol"),
+    user = await sync_to_async(user_make, thread_sensitive=True)(
+        username=username, decide=decide, view=view
     )
-    return call
+    return user, await sync_to_async(_session_cookie, thread_sensitive=True)(user)
 
 
 async def submit(agent: Agent, amount: str = "1250.00", tool: str = "pay") -> Call:
     """Held by default (over the 500.00 cap); allowed under it."""
-    return await sync_to_async(_submit, thread_sensitive=True)(agent, amount, tool)
+    return await sync_to_async(call_make, thread_sensitive=True)(
+        agent=agent, tool=tool, arguments=payment(amount)
+    )
 
 
 def _decide(call: Call, user: User, approve: bool, comment: str) -> None:
@@ -122,7 +111,7 @@ def rows(html: str, section: str) -> list[str]:
 
 
 async def test_a_foreign_origin_is_refused_at_the_handshake(agent: Agent) -> None:
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = socket(QUEUE, cookie, (b"origin", b"https://evil.example"))
     connected, _ = await communicator.connect()
     assert not connected
@@ -130,7 +119,7 @@ async def test_a_foreign_origin_is_refused_at_the_handshake(agent: Agent) -> Non
 
 
 async def test_no_origin_is_refused_at_the_handshake(agent: Agent) -> None:
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = socket(QUEUE, cookie, None)
     connected, _ = await communicator.connect()
     assert not connected
@@ -143,7 +132,7 @@ async def test_without_a_session_the_socket_closes_with_4403(agent: Agent) -> No
 
 
 async def test_without_a_permission_the_socket_closes_with_4403(agent: Agent) -> None:
-    _, cookie = await logged_in("nobody")
+    _, cookie = await logged_in("nobody", decide=False)
     await assert_closed(await opened(QUEUE, cookie), 4403)
 
 
@@ -153,7 +142,7 @@ async def test_without_a_permission_the_socket_closes_with_4403(agent: Agent) ->
 async def test_connect_sends_the_whole_queue_rendered_for_this_person(agent: Agent) -> None:
     held = await submit(agent)
     await submit(agent, "10.00")  # allowed: never in the queue
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
     html = await text(communicator)
     assert html.lstrip().startswith('<section id="queue"')
@@ -166,8 +155,8 @@ async def test_connect_sends_the_whole_queue_rendered_for_this_person(agent: Age
 
 async def test_rows_differ_per_person(agent: Agent) -> None:
     held = await submit(agent)
-    _, alice = await logged_in("alice", "decide_call")
-    _, victor = await logged_in("victor", "view_call")
+    _, alice = await logged_in("alice")
+    _, victor = await logged_in("victor", decide=False, view=True)
     alice_socket, victor_socket = await opened(QUEUE, alice), await opened(QUEUE, victor)
     alice_html, victor_html = (
         await text(alice_socket),
@@ -180,8 +169,8 @@ async def test_rows_differ_per_person(agent: Agent) -> None:
 
 
 async def test_new_calls_appear_and_decided_ones_leave(agent: Agent) -> None:
-    bob, _ = await logged_in("bob", "decide_call")
-    _, cookie = await logged_in("alice", "decide_call")
+    bob, _ = await logged_in("bob")
+    _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
     assert rows(await text(communicator), "mine") == []
     first = await submit(agent)
@@ -199,7 +188,7 @@ async def test_new_calls_appear_and_decided_ones_leave(agent: Agent) -> None:
 
 async def test_expired_calls_leave(agent: Agent) -> None:
     held = await submit(agent)
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
     assert rows(await text(communicator), "mine") == [str(held.pk)]
     await sync_to_async(Call.objects.filter(pk=held.pk).update, thread_sensitive=True)(
@@ -211,7 +200,7 @@ async def test_expired_calls_leave(agent: Agent) -> None:
 
 
 async def test_calls_that_never_wait_push_nothing(agent: Agent) -> None:
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
     await text(communicator)
     await submit(agent, "10.00")
@@ -220,7 +209,7 @@ async def test_calls_that_never_wait_push_nothing(agent: Agent) -> None:
 
 
 async def test_every_reconnect_renders_from_the_database(agent: Agent) -> None:
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     first = await opened(QUEUE, cookie)
     await text(first)
     await first.disconnect()
@@ -231,7 +220,7 @@ async def test_every_reconnect_renders_from_the_database(agent: Agent) -> None:
 
 
 async def test_a_logout_ends_the_pushes(agent: Agent) -> None:
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
     await text(communicator)
     session_key = cookie.partition("=")[2]
@@ -247,7 +236,7 @@ async def test_a_logout_ends_the_pushes(agent: Agent) -> None:
 
 
 async def test_a_lost_permission_ends_the_pushes(agent: Agent) -> None:
-    alice, cookie = await logged_in("alice", "decide_call")
+    alice, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
     await text(communicator)
     await sync_to_async(alice.user_permissions.clear, thread_sensitive=True)()
@@ -256,7 +245,7 @@ async def test_a_lost_permission_ends_the_pushes(agent: Agent) -> None:
 
 
 async def test_what_the_page_sends_is_ignored(agent: Agent) -> None:
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
     await text(communicator)
     await communicator.send_to(text_data='{"approve": "everything"}')
@@ -274,15 +263,15 @@ def call_path(call: Call | uuid.UUID) -> str:
 async def test_the_call_page_gets_its_live_parts_and_keeps_the_form_while_it_is_open(
     agent: Agent,
 ) -> None:
-    await sync_to_async(cap_rule_save, thread_sensitive=True)(
+    await sync_to_async(rule_make, thread_sensitive=True)(
         line="wire: wire arg=amount max USD 100.00 -> gate treasury"
     )
     await sync_to_async(Gate.objects.filter(name="treasury").update, thread_sensitive=True)(
         required_approvals=2
     )
     call = await submit(agent, "200.00", tool="wire")
-    alice, _ = await logged_in("alice", "decide_call")
-    _, bob_cookie = await logged_in("bob", "decide_call")
+    alice, _ = await logged_in("alice")
+    _, bob_cookie = await logged_in("bob")
     bob = await opened(call_path(call), bob_cookie)
     html = await text(bob)
     assert f'<section id="live-{call.pk}"' in html
@@ -294,7 +283,7 @@ async def test_the_call_page_gets_its_live_parts_and_keeps_the_form_while_it_is_
     assert "1 of 2" in html
     assert "approved by alice" in html
     assert f'id="decide-{call.pk}"' not in html
-    await decide(call, await sync_to_async(_person, thread_sensitive=True)("dan", "decide_call"))
+    await decide(call, await sync_to_async(user_make, thread_sensitive=True)(username="dan"))
     html = await text(bob)
     decide_part = re.search(f'<section id="decide-{call.pk}"[^>]*>', html)
     assert decide_part is not None
@@ -305,11 +294,11 @@ async def test_the_call_page_gets_its_live_parts_and_keeps_the_form_while_it_is_
 
 
 async def test_the_call_page_follows_the_ledger_as_other_calls_are_allowed(agent: Agent) -> None:
-    await sync_to_async(cap_rule_save, thread_sensitive=True)(
+    await sync_to_async(rule_make, thread_sensitive=True)(
         line="daily: pay arg=amount sum USD 5000.00 per day -> gate"
     )
     call = await submit(agent)
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = await opened(call_path(call), cookie)
     html = await text(communicator)
     assert "USD 0.00" in html
@@ -322,7 +311,7 @@ async def test_the_call_page_follows_the_ledger_as_other_calls_are_allowed(agent
 
 async def test_a_read_only_person_gets_the_decision_part_at_once(agent: Agent) -> None:
     call = await submit(agent)
-    _, cookie = await logged_in("victor", "view_call")
+    _, cookie = await logged_in("victor", decide=False, view=True)
     communicator = await opened(call_path(call), cookie)
     html = await text(communicator)
     assert f'id="decide-{call.pk}"' in html
@@ -334,12 +323,12 @@ async def test_a_read_only_person_gets_the_decision_part_at_once(agent: Agent) -
 async def test_a_call_page_socket_needs_the_session_and_the_call(agent: Agent) -> None:
     call = await submit(agent)
     await assert_closed(await opened(call_path(call), None), 4403)
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     await assert_closed(await opened(call_path(uuid.uuid4()), cookie), 4404)
 
 
 async def test_a_group_gate_person_sees_the_call_read_only(agent: Agent) -> None:
-    await sync_to_async(cap_rule_save, thread_sensitive=True)(
+    await sync_to_async(rule_make, thread_sensitive=True)(
         line="wire: wire arg=amount max USD 100.00 -> gate treasury"
     )
 
@@ -348,7 +337,7 @@ async def test_a_group_gate_person_sees_the_call_read_only(agent: Agent) -> None
 
     await sync_to_async(lock_gate, thread_sensitive=True)()
     call = await submit(agent, "200.00", tool="wire")
-    _, cookie = await logged_in("alice", "decide_call")
+    _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
     html = await text(communicator)
     assert (rows(html, "mine"), rows(html, "others")) == ([], [str(call.pk)])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import socket
 import uuid
@@ -11,9 +10,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from approvals.api import LIMITER_UNAVAILABLE
-from approvals.models import Agent, AgentToken, Call
+from approvals.errors import LIMITER_UNAVAILABLE
+from approvals.models import Call
 from approvals.ratelimit import LimiterUnavailable, LocalLimiter, RedisLimiter
+from tests.factories import agent_with_token
 from tests.local_redis import requires_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
@@ -54,10 +54,7 @@ def test_redis_counts_across_workers() -> None:
 def test_the_api_answers_429_with_retry_after(db: None, settings: Any) -> None:
     settings.COUNTERSIGN_RATE_LIMIT = (2, 60)
     settings.REDIS_URL = ""  # a fresh in-process window; Redis is tested above with unique keys
-    agent = Agent.objects.create(name=f"bot-{uuid.uuid4().hex}", principal="p")
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(b"cs_rate").hexdigest(), prefix="cs_rate"
-    )
+    agent_with_token(token="cs_rate", name=f"bot-{uuid.uuid4().hex}", principal="p", mode="default")
     client = Client(HTTP_AUTHORIZATION="Bearer cs_rate")
     body = json.dumps({"tool": "read_file", "arguments": "{}"})
     codes = [client.post("/api/v1/calls", body, content_type="application/json") for _ in range(3)]
@@ -82,10 +79,7 @@ def test_an_unreachable_redis_is_reported_not_passed() -> None:
 def test_the_api_refuses_with_503_when_the_limit_cannot_be_checked(db: None, settings: Any) -> None:
     settings.COUNTERSIGN_RATE_LIMIT = (2, 60)
     settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
-    agent = Agent.objects.create(name=f"bot-{uuid.uuid4().hex}", principal="p")
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(b"cs_rate").hexdigest(), prefix="cs_rate"
-    )
+    agent_with_token(token="cs_rate", name=f"bot-{uuid.uuid4().hex}", principal="p", mode="default")
     response = Client(HTTP_AUTHORIZATION="Bearer cs_rate").post(
         "/api/v1/calls", json.dumps({"tool": "pay", "arguments": "{}"}), "application/json"
     )

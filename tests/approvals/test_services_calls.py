@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 import capcore
-from approvals import sql
+from approvals.services import calls
 from approvals.models import Agent, Budget, Call, CapRule, Ledger, LedgerEntry, RunCounter
 from approvals.services.calls import (
     LEDGER_VANISHED,
@@ -18,13 +18,14 @@ from approvals.services.calls import (
     call_submit,
 )
 from approvals.services.rules import cap_rule_save
+from tests.factories import agent_make
 
 DAILY = "daily: pay arg=amount sum USD 1000.00 per day -> gate"
 
 
 @pytest.fixture
 def agent(db: None) -> Agent:
-    return Agent.objects.create(name="bot", principal="user-1", mode="danger_full_access")
+    return agent_make(principal="user-1")
 
 
 def submit(agent: Agent, amount: str) -> Call:
@@ -62,17 +63,15 @@ def test_a_ledger_deleted_while_it_is_locked_refuses_the_call_and_stores_nothing
     """Its total would otherwise count as nothing spent."""
     cap_rule_save(line=DAILY)
     submit(agent, "250.00")  # the ledger exists now
-    execute = sql.execute
+    create = calls.ledgers_create
 
-    def deleted_after_creating(statement: str, params: list[object]) -> int:
-        changed = execute(statement, params)
-        if statement.startswith("INSERT INTO approvals_ledger "):
-            # Deleted between the insert-if-missing and the lock.
-            LedgerEntry.objects.all().delete()
-            Ledger.objects.all().delete()
-        return changed
+    def deleted_after_creating(identities: list[tuple[str, str, str]]) -> None:
+        create(identities)
+        # Deleted between the insert-if-missing and the lock.
+        LedgerEntry.objects.all().delete()
+        Ledger.objects.all().delete()
 
-    monkeypatch.setattr(sql, "execute", deleted_after_creating)
+    monkeypatch.setattr(calls, "ledgers_create", deleted_after_creating)
     with pytest.raises(Ledger.DoesNotExist, match=LEDGER_VANISHED):
         submit(agent, "250.00")
     assert Call.objects.count() == 1
@@ -135,7 +134,7 @@ def test_200_racing_submissions_allow_exactly_the_limit() -> None:
     """Really concurrent: 200 threads, each with its own connection to the file-backed
     database, submit 10.00 against a 1000.00 sum. Exactly 100 may pass."""
     assert connection.vendor != "sqlite" or connection.settings_dict["NAME"] != ":memory:"
-    agent = Agent.objects.create(name="racer", principal="user-1", mode="danger_full_access")
+    agent = agent_make(name="racer", principal="user-1")
     cap_rule_save(line="race: pay arg=amount sum USD 1000.00 -> gate")
     statuses: list[str] = []
     errors: list[BaseException] = []

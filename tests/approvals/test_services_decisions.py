@@ -6,12 +6,11 @@ import threading
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from django.db import connection
 
 from approvals import notify
-from approvals.models import Agent, Call, Gate, LedgerEntry, PermissionRule
-from approvals.services.calls import Submission, call_submit
+from approvals.models import Agent, Call, LedgerEntry, PermissionRule
 from approvals.services.decisions import (
     DEFAULT_DENY_COMMENT,
     BadScope,
@@ -20,14 +19,7 @@ from approvals.services.decisions import (
     NotEligible,
     call_decide,
 )
-from approvals.services.rules import cap_rule_save
-
-
-def approver(name: str, *groups: Group) -> User:
-    user = User.objects.create_user(name, password="x")
-    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
-    user.groups.add(*groups)
-    return User.objects.get(pk=user.pk)  # fresh: permissions are cached per instance
+from tests.factories import call_make, gate_make, payment, rule_make, user_make
 
 
 def held_call(
@@ -36,10 +28,7 @@ def held_call(
     agent, _ = Agent.objects.get_or_create(
         name="bot", defaults={"principal": "carol", "mode": mode}
     )
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(tool=tool, arguments=f'{{"amount": "{amount}"}}', principal="carol"),
-    )
+    call = call_make(agent=agent, tool=tool, arguments=payment(amount))
     assert call.status == "pending"
     return call
 
@@ -60,15 +49,16 @@ def decide(
 @pytest.fixture
 def two_approval_gate(db: None) -> Group:
     finance = Group.objects.create(name="finance")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate finance")
-    cap_rule_save(line="spend: pay arg=amount sum USD 10000.00 -> gate finance")
-    Gate.objects.filter(name="finance").update(group=finance, required_approvals=2)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate finance")
+    rule_make(line="spend: pay arg=amount sum USD 10000.00 -> gate finance")
+    gate_make(name="finance", group=finance, required_approvals=2)
     return finance
 
 
 def test_two_approvals_from_distinct_users_approve_and_record(two_approval_gate: Group) -> None:
     call = held_call()
-    alice, bob = approver("alice", two_approval_gate), approver("bob", two_approval_gate)
+    alice = user_make(username="alice", groups=[two_approval_gate])
+    bob = user_make(username="bob", groups=[two_approval_gate])
     assert decide(call, alice, comment="ok").status == "pending"
     with pytest.raises(DecisionConflict, match=Conflict.SECOND.value):
         decide(call, alice)
@@ -81,8 +71,8 @@ def test_two_approvals_from_distinct_users_approve_and_record(two_approval_gate:
 
 def test_one_deny_denies_with_the_default_advice(two_approval_gate: Group) -> None:
     call = held_call()
-    decide(call, approver("alice", two_approval_gate))
-    denied = decide(call, approver("bob", two_approval_gate), approve=False)
+    decide(call, user_make(username="alice", groups=[two_approval_gate]))
+    denied = decide(call, user_make(username="bob", groups=[two_approval_gate]), approve=False)
     assert denied.status == "denied"
     assert denied.decision_comment == DEFAULT_DENY_COMMENT
     assert not LedgerEntry.objects.filter(call=call).exists()
@@ -93,16 +83,16 @@ def test_users_outside_the_gate_group_or_without_permission_may_not_decide(
 ) -> None:
     call = held_call()
     with pytest.raises(NotEligible):
-        decide(call, approver("mallory"))
+        decide(call, user_make(username="mallory"))
     with pytest.raises(NotEligible):
-        decide(call, User.objects.create_user("nobody", password="x"))
+        decide(call, user_make(username="nobody", decide=False))
     assert Call.objects.get(pk=call.pk).approvals.count() == 0
 
 
 def test_nobody_approves_their_own_request(two_approval_gate: Group) -> None:
     call = held_call()
     with pytest.raises(NotEligible):
-        decide(call, approver("carol", two_approval_gate))
+        decide(call, user_make(username="carol", groups=[two_approval_gate]))
 
 
 def test_a_stale_digest_changes_nothing(two_approval_gate: Group) -> None:
@@ -110,7 +100,7 @@ def test_a_stale_digest_changes_nothing(two_approval_gate: Group) -> None:
     with pytest.raises(DecisionConflict, match=Conflict.STALE.value):
         call_decide(
             call_id=call.pk,
-            user=approver("alice", two_approval_gate),
+            user=user_make(username="alice", groups=[two_approval_gate]),
             approve=True,
             comment="",
             arguments_sha256="0" * 64,
@@ -121,14 +111,14 @@ def test_a_stale_digest_changes_nothing(two_approval_gate: Group) -> None:
 def test_cap_holds_accept_only_scope_once(two_approval_gate: Group) -> None:
     call = held_call()
     with pytest.raises(BadScope):
-        decide(call, approver("alice", two_approval_gate), scope="run")
+        decide(call, user_make(username="alice", groups=[two_approval_gate]), scope="run")
     with pytest.raises(BadScope):
-        decide(call, approver("bob", two_approval_gate), scope="forever")
+        decide(call, user_make(username="bob", groups=[two_approval_gate]), scope="forever")
 
 
 def test_mode_hold_approved_for_the_run_creates_a_run_scoped_allow_rule(db: None) -> None:
     call = held_call(mode="default", tool="transfer_funds", amount="1")
-    decide(call, approver("alice"), scope="run")
+    decide(call, user_make(username="alice"), scope="run")
     rule = PermissionRule.objects.get()
     assert (rule.pattern, rule.decision, rule.run_id) == ("transfer_funds", "allow", "")
 
@@ -137,7 +127,7 @@ def test_mode_hold_approved_for_the_run_creates_a_run_scoped_allow_rule(db: None
 def test_two_approvers_at_once_produce_one_outcome_and_one_notification(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     call = held_call()
     pushed: list[str] = []
 
@@ -145,7 +135,7 @@ def test_two_approvers_at_once_produce_one_outcome_and_one_notification(
         pushed.append(message["call"]["status"])
 
     monkeypatch.setattr(notify, "_send", record)
-    users = [approver("alice"), approver("bob")]
+    users = [user_make(username="alice"), user_make(username="bob")]
     outcomes: list[str] = []
     start = threading.Barrier(2)
 

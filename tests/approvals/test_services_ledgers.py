@@ -3,29 +3,23 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
-from approvals.models import Agent, AuditEntry, Ledger, LedgerEntry
-from approvals.selectors import ledger_spent
-from approvals.services.calls import Submission, call_submit
+from approvals.models import AuditEntry, Ledger, LedgerEntry
+from approvals.selectors.ledgers import ledger_spent
 from approvals.services.ledgers import (
     ALREADY_VOIDED,
     VOID_NEEDS_REASON,
     VoidRefused,
     ledger_entry_void,
 )
-from approvals.services.rules import cap_rule_save
+from tests.factories import agent_make, call_make, payment, rule_make, user_make
 
 
 @pytest.fixture
 def entry(db: None) -> LedgerEntry:
-    cap_rule_save(line="daily: pay arg=amount sum USD 1000.00 -> gate")
-    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(tool="pay", arguments='{"amount": "250.00"}', principal="carol"),
-    )
+    rule_make(line="daily: pay arg=amount sum USD 1000.00 -> gate")
+    call = call_make(agent=agent_make(), arguments=payment("250.00"))
     assert call.status == "allowed"
     return LedgerEntry.objects.get(call=call)
 
@@ -48,7 +42,7 @@ def test_void_needs_a_reason_and_happens_once(entry: LedgerEntry) -> None:
 
 
 def test_admin_voids_with_a_required_reason(entry: LedgerEntry) -> None:
-    admin_user = User.objects.create_superuser("root", password="pw")
+    admin_user = user_make(username="root", superuser=True)
     client = Client()
     client.force_login(admin_user)
     url = f"/admin/approvals/ledgerentry/{entry.pk}/change/"

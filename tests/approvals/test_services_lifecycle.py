@@ -6,12 +6,10 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
 from approvals.models import Agent, AuditEntry, Call
-from approvals.services.calls import Submission, call_submit
 from approvals.services.lifecycle import (
     CANCELLED_COMMENT,
     EXPIRED_COMMENT,
@@ -20,22 +18,19 @@ from approvals.services.lifecycle import (
     call_extend,
     calls_expire_due,
 )
-from approvals.services.rules import cap_rule_save
+from tests.factories import agent_make, call_make, payment, rule_make, user_make
 
 
 def held(agent: Agent) -> Call:
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(tool="pay", arguments='{"amount": "600.00"}', principal="carol"),
-    )
+    call = call_make(agent=agent, arguments=payment("600.00"))
     assert call.status == "pending"
     return call
 
 
 @pytest.fixture
 def agent(db: None) -> Agent:
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
-    return Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    return agent_make()
 
 
 def test_cancel_ends_a_pending_call_once(agent: Agent) -> None:
@@ -49,7 +44,7 @@ def test_cancel_ends_a_pending_call_once(agent: Agent) -> None:
 
 def test_cancel_of_another_agents_call_finds_nothing(agent: Agent) -> None:
     call = held(agent)
-    other = Agent.objects.create(name="other", principal="x")
+    other = agent_make(name="other", principal="x")
     assert call_cancel(agent=other, call_id=call.pk) is None
     assert Call.objects.get(pk=call.pk).status == "pending"
 
@@ -75,7 +70,7 @@ def test_a_call_past_its_deadline_cannot_be_cancelled(agent: Agent) -> None:
 
 def test_extend_adds_the_smallest_gate_timeout_once(agent: Agent) -> None:
     call = held(agent)
-    user = User.objects.create_user("alice")
+    user = user_make(username="alice", decide=False)
     assert call.expires_at is not None
     extended = call_extend(call_id=call.pk, user=user)
     assert extended.expires_at == call.expires_at + timedelta(seconds=3600)
@@ -85,8 +80,8 @@ def test_extend_adds_the_smallest_gate_timeout_once(agent: Agent) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_sweeps_racing_on_several_workers_expire_each_call_once() -> None:
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
-    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    agent = agent_make()
     calls = [held(agent) for _ in range(20)]
     Call.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
     counts: list[int] = []

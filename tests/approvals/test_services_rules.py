@@ -20,7 +20,7 @@ from approvals.services.rules import (
 pytestmark = pytest.mark.django_db
 
 EXAMPLES = """\
-# the examples of cap-rules.md
+# the examples of docs/rules.md
 big-payment: pay,transfer arg=amount max USD 500.00 -> gate finance
 daily-spend: pay arg=amount currency=currency sum USD 1000, EUR 900 per day by principal -> gate
 

@@ -7,24 +7,20 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from django.template import Context, Template
 from django.test import Client
 from django.utils import timezone
 
+import capcore
 from approvals.csp import POLICY
 from approvals.models import Agent, Approval, Call, Gate
-from approvals.selectors import (
-    QUEUE_SECTION_LIMIT,
-    Money,
-    decidable_call_ids,
-    queue_for_user,
-)
-from approvals.services.calls import Submission, call_submit
+from approvals.selectors.deciders import decidable_call_ids
+from approvals.selectors.queue import QUEUE_SECTION_LIMIT, queue_for_user
 from approvals.services.decisions import call_decide
-from approvals.services.rules import cap_rule_save
 from approvals.templatetags.clock import time_left
 from approvals.templatetags.money import money
+from tests.factories import agent_make, call_make, payment, rule_make, user_make
 
 XSS = "<img src=x onerror=alert(1)>"
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>", re.IGNORECASE)
@@ -33,32 +29,8 @@ OFF_SITE = re.compile(r"""\b(?:src|href)\s*=\s*["']?(?:[a-z][a-z0-9+.-]*:)?//"""
 
 @pytest.fixture
 def agent(db: None) -> Agent:
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
-    return Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
-
-
-def submit(
-    agent: Agent,
-    arguments: str,
-    *,
-    tool: str = "pay",
-    principal: str = "carol",
-    run_id: str = "",
-    context: str = "",
-) -> Call:
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(
-            tool=tool, arguments=arguments, principal=principal, run_id=run_id, context=context
-        ),
-    )
-    return call
-
-
-def person(username: str, *permissions: str) -> User:
-    user = User.objects.create_user(username, password="pw")
-    user.user_permissions.add(*Permission.objects.filter(codename__in=permissions))
-    return User.objects.get(pk=user.pk)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    return agent_make()
 
 
 def browser(user: User) -> Client:
@@ -85,18 +57,19 @@ def test_every_page_needs_a_login(db: None, url: str) -> None:
 
 @pytest.mark.parametrize("url", ["/", "/history/"])
 def test_a_user_without_either_permission_gets_403(db: None, url: str) -> None:
-    assert browser(person("nobody")).get(url).status_code == 403
+    assert browser(user_make(username="nobody", decide=False)).get(url).status_code == 403
 
 
 @pytest.mark.parametrize("permission", ["view_call", "decide_call"])
 def test_either_permission_opens_the_pages(db: None, permission: str) -> None:
-    client = browser(person("someone", permission))
+    decide, view = permission == "decide_call", permission == "view_call"
+    client = browser(user_make(username="someone", decide=decide, view=view))
     assert client.get("/").status_code == 200
     assert client.get("/history/").status_code == 200
 
 
 def test_login_page_and_logout(db: None) -> None:
-    person("alice", "decide_call")
+    user_make(username="alice")
     client = Client()
     page = html_of(client, "/accounts/login/")
     assert 'name="username"' in page
@@ -115,11 +88,11 @@ def test_login_page_and_logout(db: None) -> None:
 
 
 def test_the_queue_lists_decidable_calls_oldest_first_then_the_others(agent: Agent) -> None:
-    older = submit(agent, '{"amount": "1250.00"}')
-    newer = submit(agent, '{"amount": "600.00"}')
-    own = submit(agent, '{"amount": "700.00"}', principal="alice")
-    submit(agent, '{"amount": "10.00"}')  # allowed: not in the queue
-    alice = person("alice", "decide_call")
+    older = call_make(agent=agent, arguments=payment("1250.00"))
+    newer = call_make(agent=agent, arguments=payment("600.00"))
+    own = call_make(agent=agent, arguments=payment("700.00"), principal="alice")
+    call_make(agent=agent, arguments=payment("10.00"))  # allowed: not in the queue
+    alice = user_make(username="alice")
     page = html_of(browser(alice), "/")
     mine = page[page.index('id="mine"') : page.index('id="others-title"')]
     others = page[page.index('id="others"') :]
@@ -132,17 +105,17 @@ def test_the_queue_lists_decidable_calls_oldest_first_then_the_others(agent: Age
 
 
 def test_a_viewer_sees_every_pending_call_read_only(agent: Agent) -> None:
-    call = submit(agent, '{"amount": "1250.00"}')
-    page = html_of(browser(person("victor", "view_call")), "/")
+    call = call_make(agent=agent, arguments=payment("1250.00"))
+    page = html_of(browser(user_make(username="victor", decide=False, view=True)), "/")
     assert 'id="mine"' not in page
     assert f'id="call-{call.pk}" class="row row-readonly"' in page
 
 
 def test_a_call_held_at_another_groups_gate_is_read_only(agent: Agent) -> None:
-    cap_rule_save(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
+    rule_make(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
     Gate.objects.filter(name="treasury").update(group=Group.objects.create(name="treasury"))
-    call = submit(agent, '{"amount": "200.00"}', tool="wire")
-    alice = person("alice", "decide_call")
+    call = call_make(agent=agent, arguments=payment("200.00"), tool="wire")
+    alice = user_make(username="alice")
     queue = queue_for_user(user=alice)
     assert [row.call.pk for row in queue.others] == [call.pk]
     alice.groups.add(Group.objects.get(name="treasury"))
@@ -151,10 +124,10 @@ def test_a_call_held_at_another_groups_gate_is_read_only(agent: Agent) -> None:
 
 
 def test_a_call_i_approved_waits_among_the_others_with_its_progress(agent: Agent) -> None:
-    cap_rule_save(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
+    rule_make(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
     Gate.objects.filter(name="treasury").update(required_approvals=2)
-    call = submit(agent, '{"amount": "200.00"}', tool="wire")
-    alice = person("alice", "decide_call")
+    call = call_make(agent=agent, arguments=payment("200.00"), tool="wire")
+    alice = user_make(username="alice")
     call_decide(
         call_id=call.pk,
         user=alice,
@@ -184,27 +157,29 @@ def section_rows(page: str, section: str) -> list[str]:
 
 def test_a_long_queue_shows_each_sections_oldest_rows_and_counts_them_all(agent: Agent) -> None:
     treasury = Group.objects.create(name="treasury")
-    cap_rule_save(line="huge: pay arg=amount max USD 1000.00 -> gate treasury")
-    cap_rule_save(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
+    rule_make(line="huge: pay arg=amount max USD 1000.00 -> gate treasury")
+    rule_make(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
     Gate.objects.filter(name="treasury").update(group=treasury)
     Gate.objects.filter(name="").update(required_approvals=2)
-    alice, bob = person("alice", "decide_call"), person("bob", "decide_call")
+    alice, bob = user_make(username="alice"), user_make(username="bob")
     mine: list[Call] = []
     others: list[Call] = []
     for i in range(QUEUE_SECTION_LIMIT + 3):
-        call = submit(agent, '{"amount": "600.00"}')
+        call = call_make(agent=agent, arguments=payment("600.00"))
         if i % 5 == 0:
             approve(call, bob)  # one of two: still alice's to decide
         mine.append(call)
-        submit(agent, '{"amount": "10.00"}')  # allowed: never in the queue
+        call_make(agent=agent, arguments=payment("10.00"))  # allowed: never in the queue
         if i % 4 == 0:
-            others.append(submit(agent, '{"amount": "700.00"}', principal="alice"))
+            others.append(call_make(agent=agent, arguments=payment("700.00"), principal="alice"))
         elif i % 4 == 1:
-            others.append(submit(agent, '{"amount": "1250.00"}'))  # held at treasury as well
+            # held at treasury as well
+            others.append(call_make(agent=agent, arguments=payment("1250.00")))
         elif i % 4 == 2:
-            others.append(submit(agent, '{"amount": "200.00"}', tool="wire"))  # treasury only
+            # treasury only
+            others.append(call_make(agent=agent, arguments=payment("200.00"), tool="wire"))
         else:
-            others.append(call := submit(agent, '{"amount": "800.00"}'))
+            others.append(call := call_make(agent=agent, arguments=payment("800.00")))
             approve(call, alice)  # waits for a second approver
     queue = queue_for_user(user=alice)
 
@@ -236,7 +211,7 @@ def test_a_long_queue_shows_each_sections_oldest_rows_and_counts_them_all(agent:
     assert f'<span class="count" id="mine-count">{len(mine)}</span>' in page
     assert f'<span class="count" id="others-count">{len(others)}</span>' in page
 
-    viewer = queue_for_user(user=person("victor", "view_call"))
+    viewer = queue_for_user(user=user_make(username="victor", decide=False, view=True))
     everything = sorted(mine + others, key=lambda call: call.created_at)
     assert (viewer.mine_count, viewer.others_count) == (0, len(everything))
     assert [row.call.pk for row in viewer.others] == [
@@ -245,8 +220,8 @@ def test_a_long_queue_shows_each_sections_oldest_rows_and_counts_them_all(agent:
 
 
 def test_the_queue_for_htmx_is_the_partial_only(agent: Agent) -> None:
-    submit(agent, '{"amount": "1250.00"}')
-    page = html_of(browser(person("alice", "decide_call")), "/", HX_Request="true")
+    call_make(agent=agent, arguments=payment("1250.00"))
+    page = html_of(browser(user_make(username="alice")), "/", HX_Request="true")
     assert page.lstrip().startswith('<section id="queue"')
     assert "hx-swap-oob" not in page
     assert "<html" not in page
@@ -254,9 +229,9 @@ def test_the_queue_for_htmx_is_the_partial_only(agent: Agent) -> None:
 
 def test_queue_rows_truncate_long_values_and_escape_them(agent: Agent) -> None:
     long_principal = "p" * 150
-    submit(agent, '{"amount": "1250.00"}', principal=long_principal)
-    submit(agent, '{"amount": "1250.00"}', principal=XSS)
-    page = html_of(browser(person("alice", "decide_call")), "/")
+    call_make(agent=agent, arguments=payment("1250.00"), principal=long_principal)
+    call_make(agent=agent, arguments=payment("1250.00"), principal=XSS)
+    page = html_of(browser(user_make(username="alice")), "/")
     assert long_principal not in page
     assert "p" * 39 + "…" in page
     assert XSS not in page
@@ -266,13 +241,13 @@ def test_queue_rows_truncate_long_values_and_escape_them(agent: Agent) -> None:
 def test_the_queue_query_count_does_not_grow_with_its_rows(
     agent: Agent, django_assert_max_num_queries: object
 ) -> None:
-    alice = person("alice", "decide_call")
-    submit(agent, '{"amount": "1250.00"}')
+    alice = user_make(username="alice")
+    call_make(agent=agent, arguments=payment("1250.00"))
     client = browser(alice)
     with django_assert_max_num_queries(12):  # type: ignore[operator]
         client.get("/")
     for amount in range(600, 630):
-        submit(agent, f'{{"amount": "{amount}.00"}}')
+        call_make(agent=agent, arguments=payment(f"{amount}.00"))
     with django_assert_max_num_queries(12):  # type: ignore[operator]
         assert html_of(client, "/").count('<li id="call-') == 31
 
@@ -281,10 +256,10 @@ def test_the_queue_query_count_does_not_grow_with_its_rows(
 
 
 def test_sum_rules_show_spent_this_call_and_the_total_after_approval(agent: Agent) -> None:
-    cap_rule_save(line="daily: pay arg=amount sum USD 2000.00 per day -> gate")
-    submit(agent, '{"amount": "300.00"}')  # allowed: recorded in the ledger
-    call = submit(agent, '{"amount": "1250.00"}')
-    page = html_of(browser(person("alice", "decide_call")), f"/calls/{call.pk}/")
+    rule_make(line="daily: pay arg=amount sum USD 2000.00 per day -> gate")
+    call_make(agent=agent, arguments=payment("300.00"))  # allowed: recorded in the ledger
+    call = call_make(agent=agent, arguments=payment("1250.00"))
+    page = html_of(browser(user_make(username="alice")), f"/calls/{call.pk}/")
     caps = page[page.index('<table class="caps">') :]
     assert '<td class="num" data-label="This call"><span>USD 1,250.00</span></td>' in caps
     assert '<td class="num" data-label="Spent now"><span>USD 300.00</span></td>' in caps
@@ -294,10 +269,10 @@ def test_sum_rules_show_spent_this_call_and_the_total_after_approval(agent: Agen
 
 
 def test_a_two_approval_gate_shows_one_of_two_after_the_first(agent: Agent) -> None:
-    cap_rule_save(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
+    rule_make(line="wire: wire arg=amount max USD 100.00 -> gate treasury")
     Gate.objects.filter(name="treasury").update(required_approvals=2)
-    call = submit(agent, '{"amount": "200.00"}', tool="wire")
-    alice, bob = person("alice", "decide_call"), person("bob", "decide_call")
+    call = call_make(agent=agent, arguments=payment("200.00"), tool="wire")
+    alice, bob = user_make(username="alice"), user_make(username="bob")
     assert "0 of 2" in html_of(browser(bob), f"/calls/{call.pk}/")
     response = browser(alice).post(
         f"/calls/{call.pk}/approve",
@@ -315,10 +290,10 @@ def test_a_two_approval_gate_shows_one_of_two_after_the_first(agent: Agent) -> N
 
 
 def test_the_scope_choice_only_for_a_hold_by_the_permission_mode_alone(agent: Agent) -> None:
-    prompting = Agent.objects.create(name="asker", principal="carol", mode="prompt")
-    mode_only = submit(prompting, '{"path": "/tmp/x"}', tool="read_file")
-    capped = submit(agent, '{"amount": "1250.00"}')
-    alice = browser(person("alice", "decide_call"))
+    prompting = agent_make(name="asker", mode="prompt")
+    mode_only = call_make(agent=prompting, arguments='{"path": "/tmp/x"}', tool="read_file")
+    capped = call_make(agent=agent, arguments=payment("1250.00"))
+    alice = browser(user_make(username="alice"))
     mode_page = html_of(alice, f"/calls/{mode_only.pk}/")
     for scope in ("once", "run", "always"):
         assert f'name="scope" value="{scope}"' in mode_page
@@ -326,8 +301,8 @@ def test_the_scope_choice_only_for_a_hold_by_the_permission_mode_alone(agent: Ag
 
 
 def test_after_a_decision_the_page_shows_who_what_when_and_the_trail(agent: Agent) -> None:
-    call = submit(agent, '{"amount": "1250.00"}')
-    client = browser(person("alice", "decide_call"))
+    call = call_make(agent=agent, arguments=payment("1250.00"))
+    client = browser(user_make(username="alice"))
     response = client.post(
         f"/calls/{call.pk}/deny", {"comment": "not this month", "arguments_sha256": "x" * 64}
     )
@@ -347,8 +322,8 @@ def test_after_a_decision_the_page_shows_who_what_when_and_the_trail(agent: Agen
 
 
 def test_the_extend_button_extends_once(agent: Agent) -> None:
-    call = submit(agent, '{"amount": "1250.00"}')
-    client = browser(person("alice", "decide_call"))
+    call = call_make(agent=agent, arguments=payment("1250.00"))
+    client = browser(user_make(username="alice"))
     assert f'action="/calls/{call.pk}/extend"' in html_of(client, f"/calls/{call.pk}/")
     response = client.post(f"/calls/{call.pk}/extend", headers={"HX-Request": "true"})
     assert response.status_code == 200
@@ -359,17 +334,17 @@ def test_the_extend_button_extends_once(agent: Agent) -> None:
 
 
 def test_the_call_page_escapes_everything_the_model_wrote(db: None) -> None:
-    asker = Agent.objects.create(name="asker", principal="carol", mode="prompt")
-    call = submit(
-        asker,
-        json.dumps({"amount": "1250.00", "memo": XSS, XSS: 1}),
+    asker = agent_make(name="asker", mode="prompt")
+    call = call_make(
+        agent=asker,
+        arguments=json.dumps({"amount": "1250.00", "memo": XSS, XSS: 1}),
         tool=XSS,
         context=f"context {XSS}",
         run_id=f"run {XSS}",
         principal=XSS,
     )
     assert call.status == "pending"
-    alice = browser(person("alice", "decide_call"))
+    alice = browser(user_make(username="alice"))
     page = html_of(alice, f"/calls/{call.pk}/")
     assert XSS not in page
     assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 6
@@ -379,7 +354,7 @@ def test_the_call_page_escapes_everything_the_model_wrote(db: None) -> None:
 
 
 def test_a_missing_call_is_404(db: None) -> None:
-    client = browser(person("alice", "decide_call"))
+    client = browser(user_make(username="alice"))
     assert client.get("/calls/00000000-0000-0000-0000-000000000000/").status_code == 404
 
 
@@ -389,8 +364,8 @@ def test_a_missing_call_is_404(db: None) -> None:
 def test_every_page_sends_the_strict_policy_and_has_no_inline_script_or_style(
     agent: Agent,
 ) -> None:
-    call = submit(agent, '{"amount": "1250.00"}')
-    client = browser(person("alice", "decide_call"))
+    call = call_make(agent=agent, arguments=payment("1250.00"))
+    client = browser(user_make(username="alice"))
     for url in ["/", f"/calls/{call.pk}/", "/history/", "/accounts/login/"]:
         response = client.get(url)
         assert response["Content-Security-Policy"] == POLICY
@@ -405,7 +380,7 @@ def test_every_page_sends_the_strict_policy_and_has_no_inline_script_or_style(
 
 
 def test_htmx_is_served_locally_with_its_ws_extension_and_a_safe_config(agent: Agent) -> None:
-    client = browser(person("alice", "decide_call"))
+    client = browser(user_make(username="alice"))
     page = html_of(client, "/")
     assert '<script src="/static/django_htmx/htmx-2.min.js" defer></script>' in page
     assert '<script src="/static/django_htmx/ext/hx-ws-2.min.js" defer></script>' in page
@@ -455,7 +430,7 @@ def test_the_money_filter_uses_the_currency_table(minor: int, currency: str, tex
 
 
 def test_the_money_filter_takes_money_with_its_exponent() -> None:
-    assert money(Money("XAU", 1234567, 3)) == "XAU 1,234.567"
+    assert money(capcore.Limit("XAU", 3, 1234567)) == "XAU 1,234.567"
     assert money(None) == ""
 
 
@@ -470,9 +445,9 @@ def test_time_left() -> None:
 
 
 def test_a_rule_that_cannot_read_the_call_says_why(agent: Agent) -> None:
-    cap_rule_save(line="payees: pay arg=amount sum USD 100.00 per day by arg=payee -> gate")
-    call = submit(agent, '{"amount": "50.00"}')  # no payee: the ledger's key is missing
-    page = html_of(browser(person("alice", "decide_call")), f"/calls/{call.pk}/")
+    rule_make(line="payees: pay arg=amount sum USD 100.00 per day by arg=payee -> gate")
+    call = call_make(agent=agent, arguments=payment("50.00"))  # no payee: its key is missing
+    page = html_of(browser(user_make(username="alice")), f"/calls/{call.pk}/")
     caps = page[page.index('<table class="caps">') :]
     assert "not assessable: the key argument is missing" in caps
     assert "(limit USD 100.00 per day)" in caps

@@ -3,33 +3,27 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from approvals.models import Agent, Call
-from approvals.services.calls import Submission, call_submit
-from approvals.services.rules import cap_rule_save
+from approvals.models import Call
+from tests.factories import agent_make, call_make, rule_make, user_make
 
 XSS = "<img src=x onerror=alert(1)>"
 
 
 @pytest.fixture
 def call(db: None) -> Call:
-    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
-    held, _ = call_submit(
-        agent=agent,
-        submission=Submission(
-            tool="pay", arguments=f'{{"amount": 600.50, "memo": "{XSS}"}}', principal="carol"
-        ),
-    )
+    agent = agent_make()
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    held = call_make(agent=agent, arguments=f'{{"amount": 600.50, "memo": "{XSS}"}}')
     assert held.status == "pending"
     return held
 
 
 def browser(username: str, *permissions: str, csrf: bool = False) -> Client:
-    user = User.objects.create_user(username, password="pw")
-    user.user_permissions.add(*Permission.objects.filter(codename__in=permissions))
+    user = user_make(
+        username=username, decide="decide_call" in permissions, view="view_call" in permissions
+    )
     client = Client(enforce_csrf_checks=csrf)
     client.force_login(user)
     return client

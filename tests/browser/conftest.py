@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,9 +10,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from django.contrib.auth.models import Permission, User
 
-from approvals.models import Agent, AgentToken
+from tests.factories import agent_with_token
 from tests.live import LiveServer, live_server
 
 if TYPE_CHECKING:
@@ -142,21 +139,11 @@ def browsing(browser: Browser, server: LiveServer) -> Iterator[Browsing]:
     session.watch.assert_clean()
 
 
-def person(username: str, *permissions: str) -> User:
-    user = User.objects.create_user(username, password=PASSWORD)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=permissions))
-    return user
-
-
 def agent_client(
     server: LiveServer, name: str, *, mode: str = "danger_full_access"
 ) -> httpx.Client:
     """An agent with a token, and an HTTP client that speaks for it."""
-    token = f"cs_{name}-{os.urandom(8).hex()}"
-    agent = Agent.objects.create(name=name, principal="carol", mode=mode, allowed_principals="*")
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:8]
-    )
+    _, token = agent_with_token(name=name, mode=mode, allowed_principals="*")
     return httpx.Client(
         base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=15
     )

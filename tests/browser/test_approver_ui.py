@@ -18,8 +18,8 @@ from playwright.sync_api import Page, expect
 from websockets.asyncio.client import connect
 
 from approvals.models import Gate
-from approvals.services.rules import cap_rule_save
-from tests.browser.conftest import Browsing, Screenshot, agent_client, person, wait_live
+from tests.browser.conftest import PASSWORD, Browsing, Screenshot, agent_client, wait_live
+from tests.factories import rule_make, user_make
 from tests.live import LiveServer, start_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,9 +97,9 @@ def open_call(page: Page, call_id: str) -> None:
 def test_a_held_call_appears_live_is_approved_and_leaves_every_tab(
     browsing: Browsing, server: LiveServer, screenshot: Screenshot
 ) -> None:
-    person("alice", "decide_call")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
-    cap_rule_save(line="daily: pay arg=amount sum USD 5000.00 per day -> gate")
+    user_make(username="alice", password=PASSWORD)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    rule_make(line="daily: pay arg=amount sum USD 5000.00 per day -> gate")
     billing = agent_client(server, "billing-bot")
     ops = agent_client(server, "ops-agent", mode="prompt")
     # Some company in the queue, and 300.00 already spent today.
@@ -155,8 +155,8 @@ def test_a_held_call_appears_live_is_approved_and_leaves_every_tab(
 def test_deny_returns_the_comment_to_a_long_polling_agent(
     browsing: Browsing, server: LiveServer
 ) -> None:
-    person("alice", "decide_call")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    user_make(username="alice", password=PASSWORD)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     agent = agent_client(server, "bot")
     page = browsing.logged_in("alice")
     call_id = submit(agent, "pay", {"amount": "9000.00"})
@@ -175,9 +175,9 @@ def test_deny_returns_the_comment_to_a_long_polling_agent(
 def test_a_two_approval_gate_shows_one_of_two_in_both_approvers_tabs(
     browsing: Browsing, server: LiveServer
 ) -> None:
-    person("alice", "decide_call")
-    person("bob", "decide_call")
-    cap_rule_save(line="wire: wire arg=amount max USD 1000.00 -> gate treasury")
+    user_make(username="alice", password=PASSWORD)
+    user_make(username="bob", password=PASSWORD)
+    rule_make(line="wire: wire arg=amount max USD 1000.00 -> gate treasury")
     Gate.objects.filter(name="treasury").update(required_approvals=2)
     agent = agent_client(server, "treasurer")
     alice, bob = browsing.logged_in("alice"), browsing.logged_in("bob")
@@ -204,8 +204,8 @@ def test_a_two_approval_gate_shows_one_of_two_in_both_approvers_tabs(
 def test_a_hostile_argument_renders_as_text_and_opens_no_dialog(
     browsing: Browsing, server: LiveServer
 ) -> None:
-    person("alice", "decide_call")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    user_make(username="alice", password=PASSWORD)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     agent = agent_client(server, "bot")
     page = browsing.logged_in("alice")
     call_id = submit(
@@ -229,8 +229,8 @@ def test_a_hostile_argument_renders_as_text_and_opens_no_dialog(
 def test_a_viewer_sees_no_buttons_and_a_forged_post_is_403(
     browsing: Browsing, server: LiveServer
 ) -> None:
-    person("victor", "view_call")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    user_make(username="victor", decide=False, view=True, password=PASSWORD)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     agent = agent_client(server, "bot")
     page = browsing.logged_in("victor")
     call_id = submit(agent, "pay", {"amount": "600.00"})
@@ -263,8 +263,8 @@ def test_the_api_docs_render_under_the_policy(browsing: Browsing) -> None:
 def test_after_a_server_restart_the_queue_reconnects_and_rerenders(
     browsing: Browsing, server: LiveServer
 ) -> None:
-    person("alice", "decide_call")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    user_make(username="alice", password=PASSWORD)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     agent = agent_client(server, "bot")
     page = browsing.logged_in("alice")
     server.stop()
@@ -300,8 +300,8 @@ RECORD_SOCKETS = """
 def test_after_a_clean_close_the_page_reconnects_by_itself(
     browsing: Browsing, server: LiveServer
 ) -> None:
-    person("alice", "decide_call")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    user_make(username="alice", password=PASSWORD)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     agent = agent_client(server, "bot")
     context = browsing.person()
     context.add_init_script(RECORD_SOCKETS)

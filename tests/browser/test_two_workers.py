@@ -9,9 +9,9 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
-from approvals.services.rules import cap_rule_save
-from tests.browser.conftest import PASSWORD, Browsing, agent_client, person, wait_live
+from tests.browser.conftest import PASSWORD, Browsing, agent_client, wait_live
 from tests.browser.test_approver_ui import submit
+from tests.factories import rule_make, user_make
 from tests.live import Approver, LiveServer
 from tests.scale.servers import is_postgresql, redis_reachable, workers
 
@@ -38,8 +38,8 @@ def test_the_queue_on_worker_a_shows_and_drops_calls_handled_on_worker_b(
     browsing: Browsing, worker_pair: list[LiveServer]
 ) -> None:
     a, b = worker_pair
-    person("alice", "decide_call")
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    user_make(username="alice", password=PASSWORD)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     page = browsing.logged_in("alice")
     assert page.url.startswith(a.url)
     wait_live(page)

@@ -1,4 +1,4 @@
-"""Run budgets (policies.md, "2. Run budgets"): ceilings on calls, tokens, cost and duration
+"""Run budgets (``docs/capcore.md``, "Budgets"): ceilings on calls, tokens, cost and duration
 that trip when the total including this call would go past them."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from capcore.budgets import (
     BudgetScope,
     RunCounters,
     Usage,
-    budget_evaluate,
-    cost_parse,
+    evaluate_budget,
+    parse_cost,
 )
 from capcore.errors import (
     AmountSyntax,
@@ -37,7 +37,7 @@ def evaluate(
     usage: Usage | None = None,
     now: datetime = NOW,
 ) -> tuple[Finding, ...]:
-    return budget_evaluate(
+    return evaluate_budget(
         budget, counters=counters or RunCounters(), usage=usage or Usage(), now=now
     )
 
@@ -51,7 +51,7 @@ def only(findings: tuple[Finding, ...]) -> Finding:
     return finding
 
 
-# --- cost_parse -----------------------------------------------------------------------------
+# --- parse_cost -----------------------------------------------------------------------------
 
 
 def test_cost_exponent_is_nine() -> None:
@@ -70,7 +70,7 @@ def test_cost_exponent_is_nine() -> None:
     ],
 )
 def test_cost_parse_gives_units_of_1e_minus_9(text: str, expected: int) -> None:
-    assert cost_parse(text) == expected
+    assert parse_cost(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_cost_parse_gives_units_of_1e_minus_9(text: str, expected: int) -> None:
 )
 def test_cost_parse_refuses(value: object, error: type[NotAssessable]) -> None:
     with pytest.raises(error):
-        cost_parse(value)
+        parse_cost(value)
 
 
 # --- Budget construction --------------------------------------------------------------------
@@ -192,7 +192,7 @@ def test_tokens_total_that_overflows_trips() -> None:
 
 # --- cost -----------------------------------------------------------------------------------
 
-ONE_DOLLAR = Budget(max_cost=cost_parse("1"), cost_currency="USD")
+ONE_DOLLAR = Budget(max_cost=parse_cost("1"), cost_currency="USD")
 
 
 @pytest.mark.parametrize(
@@ -207,8 +207,8 @@ ONE_DOLLAR = Budget(max_cost=cost_parse("1"), cost_currency="USD")
 def test_cost_total_includes_this_call(before: str, reported: str, trips: bool) -> None:
     findings = evaluate(
         ONE_DOLLAR,
-        counters=RunCounters(cost=cost_parse(before)),
-        usage=Usage(cost=cost_parse(reported), cost_currency="USD"),
+        counters=RunCounters(cost=parse_cost(before)),
+        usage=Usage(cost=parse_cost(reported), cost_currency="USD"),
     )
     assert bool(findings) is trips
     if trips:
@@ -219,8 +219,8 @@ def test_cost_message_has_the_limit_and_the_total_as_decimals() -> None:
     finding = only(
         evaluate(
             ONE_DOLLAR,
-            counters=RunCounters(cost=cost_parse("0.9958")),
-            usage=Usage(cost=cost_parse("0.004200001"), cost_currency="USD"),
+            counters=RunCounters(cost=parse_cost("0.9958")),
+            usage=Usage(cost=parse_cost("0.004200001"), cost_currency="USD"),
         )
     )
     assert "USD 1.000000000" in finding.message  # the limit
@@ -232,7 +232,7 @@ def test_cost_message_has_the_limit_and_the_total_as_decimals() -> None:
 
 def test_cost_without_reported_currency_counts_in_the_budget_currency() -> None:
     # No cost reported at all (the default usage) must not trip anything.
-    assert evaluate(ONE_DOLLAR, counters=RunCounters(cost=cost_parse("0.5"))) == ()
+    assert evaluate(ONE_DOLLAR, counters=RunCounters(cost=parse_cost("0.5"))) == ()
 
 
 @pytest.mark.parametrize(
@@ -241,7 +241,7 @@ def test_cost_without_reported_currency_counts_in_the_budget_currency() -> None:
 )
 @pytest.mark.parametrize("currency", ["EUR", "usd", "ZQXJ"])
 def test_cost_in_another_currency_is_not_assessable(action: Action, currency: str) -> None:
-    budget = Budget(max_cost=cost_parse("1"), cost_currency="USD", action=action)
+    budget = Budget(max_cost=parse_cost("1"), cost_currency="USD", action=action)
     finding = only(evaluate(budget, usage=Usage(cost=1, cost_currency=currency)))
     assert finding.policy is Policy.BUDGET
     assert finding.rule == "budget:cost"
@@ -300,7 +300,7 @@ def test_duration_uses_aware_times_in_any_zone() -> None:
 # --- several ceilings, action and scope -----------------------------------------------------
 
 EVERYTHING_PAST = (
-    RunCounters(calls=5, tokens=500, cost=cost_parse("2"), started_at=NOW - timedelta(hours=1)),
+    RunCounters(calls=5, tokens=500, cost=parse_cost("2"), started_at=NOW - timedelta(hours=1)),
     Usage(tokens=1, cost=1, cost_currency="USD"),
 )
 
@@ -319,7 +319,7 @@ def test_findings_in_order_calls_tokens_cost_duration_with_the_budget_action(
     budget = Budget(
         max_calls=5,
         max_tokens=500,
-        max_cost=cost_parse("2"),
+        max_cost=parse_cost("2"),
         cost_currency="USD",
         max_duration=60,
         action=action,
@@ -352,7 +352,7 @@ def test_only_the_ceilings_passed_are_findings() -> None:
 )
 def test_messages_name_the_scope(scope: BudgetScope, text: str) -> None:
     budget = Budget(
-        max_calls=5, max_tokens=500, max_cost=cost_parse("2"), cost_currency="USD", scope=scope
+        max_calls=5, max_tokens=500, max_cost=parse_cost("2"), cost_currency="USD", scope=scope
     )
     counters, usage = EVERYTHING_PAST
     findings = evaluate(budget, counters=counters, usage=usage)

@@ -1,4 +1,4 @@
-"""Cap rules against one call (cap-rules.md, "Evaluation of one call" and "Ledgers"):
+"""Cap rules against one call (``docs/rules.md``, "What each part means" and "Ledgers"):
 applicability, max and sum limits, currencies, minor units, not-assessable amounts, ledger
 keys, records, windows, and messages that never quote the arguments."""
 
@@ -8,6 +8,8 @@ import hashlib
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from capcore import INT64_MAX, parse_arguments, parse_rule
 from capcore.caps import (
@@ -25,15 +27,15 @@ from capcore.caps import (
     CapResult,
     LedgerKey,
     LedgerRecord,
-    cap_ledgers,
-    caps_assess,
-    caps_evaluate,
-    key_digest,
-    window_bounds,
-    window_contains,
+    assess_caps,
+    bounds_of_window,
+    digest_key,
+    evaluate_caps,
+    in_window,
+    ledgers_of_caps,
 )
 from capcore.findings import REFUSE, Action, ActionKind, Finding, Policy
-from capcore.rules import Window
+from capcore.rules import MAX_WINDOW_SECONDS, Calendar, Window
 
 PRINCIPAL = "user-42"
 
@@ -55,7 +57,7 @@ def assess_all(
     lines: list[str], arguments: str, *, tool: str = "pay", principal: str = PRINCIPAL
 ) -> tuple[CapAssessment, ...]:
     rules = [parse_rule(line) for line in lines]
-    return caps_assess(rules, tool=tool, arguments=parse_arguments(arguments), principal=principal)
+    return assess_caps(rules, tool=tool, arguments=parse_arguments(arguments), principal=principal)
 
 
 def assess_one(
@@ -70,7 +72,7 @@ def evaluate_one(
 ) -> CapResult:
     """One rule against one call, every touched ledger having ``spent`` minor units."""
     assessments = assess_all([line], arguments, tool=tool, principal=principal)
-    return caps_evaluate(assessments, spent=dict.fromkeys(cap_ledgers(assessments), spent))
+    return evaluate_caps(assessments, spent=dict.fromkeys(ledgers_of_caps(assessments), spent))
 
 
 def only_finding(result: CapResult) -> Finding:
@@ -118,7 +120,7 @@ def test_assessments_follow_rule_order_and_skip_rules_for_other_tools() -> None:
 
 def test_no_applicable_rule_gives_no_findings_and_no_records() -> None:
     assessments = assess_all([BIG_PAYMENT, DAILY], '{"amount": "99999"}', tool="read_file")
-    assert caps_evaluate(assessments, spent={}) == CapResult((), ())
+    assert evaluate_caps(assessments, spent={}) == CapResult((), ())
 
 
 # --- max ------------------------------------------------------------------------------------
@@ -173,8 +175,8 @@ def test_max_rule_has_no_ledger_and_no_record() -> None:
     assessment = assess_one(BIG_PAYMENT, '{"amount": "12.50"}')
     assert assessment.ledger is None
     assert assessment.amount == 1250
-    assert cap_ledgers([assessment]) == ()
-    assert caps_evaluate([assessment], spent={}).records == ()
+    assert ledgers_of_caps([assessment]) == ()
+    assert evaluate_caps([assessment], spent={}).records == ()
 
 
 def test_max_with_exponent_override_currency() -> None:
@@ -231,7 +233,7 @@ def test_sum_over_records_the_amount_all_the_same() -> None:
     assert len(result.findings) == 1
     (record,) = result.records
     assert record.minor == 25_000
-    assert record.ledger == LedgerKey("daily", "USD", key_digest(PRINCIPAL))
+    assert record.ledger == LedgerKey("daily", "USD", digest_key(PRINCIPAL))
 
 
 def test_sum_total_that_overflows_64_bits_is_over() -> None:
@@ -241,14 +243,14 @@ def test_sum_total_that_overflows_64_bits_is_over() -> None:
     assert assessment.limit is not None
     assert assessment.limit.minor == INT64_MAX
     assert assessment.ledger is not None
-    result = caps_evaluate([assessment], spent={assessment.ledger: INT64_MAX - 5})
+    result = evaluate_caps([assessment], spent={assessment.ledger: INT64_MAX - 5})
     finding = only_finding(result)
     assert finding.rule == "huge"
     assert finding.action == REFUSE
     assert "USD 92,233,720,368,547,758.07" in finding.message
     # The full ledger still passes a zero amount.
     zero = assess_one(line, '{"amount": "0"}')
-    assert caps_evaluate([zero], spent={assessment.ledger: INT64_MAX}).findings == ()
+    assert evaluate_caps([zero], spent={assessment.ledger: INT64_MAX}).findings == ()
 
 
 @pytest.mark.parametrize(
@@ -280,7 +282,7 @@ def test_currency_argument_selects_that_limit_and_ledger(currency: str, limit_mi
     assert assessment.not_assessable is None
     assert assessment.limit is not None
     assert (assessment.limit.currency, assessment.limit.minor) == (currency, limit_minor)
-    assert assessment.ledger == LedgerKey("daily-spend", currency, key_digest(PRINCIPAL))
+    assert assessment.ledger == LedgerKey("daily-spend", currency, digest_key(PRINCIPAL))
 
 
 def test_each_currency_has_its_own_limit() -> None:
@@ -310,7 +312,7 @@ def test_currency_argument_not_assessable(arguments: str, category: str) -> None
     assessment = assess_one(DAILY_SPEND, arguments)
     assert assessment.not_assessable == category
     assert assessment.ledger is None
-    result = caps_evaluate([assessment], spent={})
+    result = evaluate_caps([assessment], spent={})
     assert only_finding(result) == Finding(
         Policy.CAP, "daily-spend", gate(""), f"not assessable: {category}"
     )
@@ -423,9 +425,9 @@ def test_not_assessable_amount_takes_the_rule_action(
     assert assessment.not_assessable == category
     assert assessment.amount is None
     assert assessment.ledger is None
-    assert cap_ledgers([assessment]) == ()
+    assert ledgers_of_caps([assessment]) == ()
     # No ledger is needed: an empty `spent` must not raise.
-    result = caps_evaluate([assessment], spent={})
+    result = evaluate_caps([assessment], spent={})
     assert result.findings == (Finding(Policy.CAP, "cap", action, f"not assessable: {category}"),)
     assert result.records == ()
 
@@ -443,9 +445,9 @@ def test_not_assessable_on_one_rule_does_not_stop_another() -> None:
         "plain: pay arg=amount sum USD 100 -> gate q",
     ]
     assessments = assess_all(lines, '{"amount": "150"}')
-    ledgers = cap_ledgers(assessments)
+    ledgers = ledgers_of_caps(assessments)
     assert [ledger.rule for ledger in ledgers] == ["plain"]
-    result = caps_evaluate(assessments, spent=dict.fromkeys(ledgers, 0))
+    result = evaluate_caps(assessments, spent=dict.fromkeys(ledgers, 0))
     assert [(f.rule, f.action.gate) for f in result.findings] == [("by-payee", "p"), ("plain", "q")]
     assert result.findings[0].message == f"not assessable: {KEY_MISSING}"
     assert [r.ledger.rule for r in result.records] == ["plain"]
@@ -454,11 +456,11 @@ def test_not_assessable_on_one_rule_does_not_stop_another() -> None:
 # --- ledger keys ----------------------------------------------------------------------------
 
 
-def test_key_digest_is_the_sha256_hex_of_the_utf8_text() -> None:
-    assert key_digest("bob@x.com") == hashlib.sha256(b"bob@x.com").hexdigest()
-    assert key_digest("zoë") == hashlib.sha256("zoë".encode()).hexdigest()
-    assert len(key_digest("")) == 64
-    assert key_digest("a") != key_digest("A")
+def test_digest_key_is_the_sha256_hex_of_the_utf8_text() -> None:
+    assert digest_key("bob@x.com") == hashlib.sha256(b"bob@x.com").hexdigest()
+    assert digest_key("zoë") == hashlib.sha256("zoë".encode()).hexdigest()
+    assert len(digest_key("")) == 64
+    assert digest_key("a") != digest_key("A")
 
 
 def test_ledger_rule_is_the_casefolded_rule_name() -> None:
@@ -478,7 +480,7 @@ def test_by_principal_keys_by_the_digest_of_the_principal() -> None:
     alice = assess_one(DAILY, '{"amount": "1"}', principal="alice-ZQXJ")
     alice_again = assess_one(DAILY, '{"amount": "2"}', principal="alice-ZQXJ")
     bob = assess_one(DAILY, '{"amount": "1"}', principal="bob")
-    assert alice.ledger == alice_again.ledger == LedgerKey("daily", "USD", key_digest("alice-ZQXJ"))
+    assert alice.ledger == alice_again.ledger == LedgerKey("daily", "USD", digest_key("alice-ZQXJ"))
     assert bob.ledger is not None
     assert alice.ledger != bob.ledger
     assert "ZQXJ" not in repr(alice.ledger)
@@ -526,7 +528,7 @@ def test_key_normalisation(line: str, first: str, second: str, same: bool) -> No
 
 def test_normalised_key_is_the_digest_of_the_normalised_text() -> None:
     ledger = _payee_ledger(PER_PAYEE, " Bob@X.com ")
-    assert ledger == LedgerKey("per-payee", "USD", key_digest("bob@x.com"))
+    assert ledger == LedgerKey("per-payee", "USD", digest_key("bob@x.com"))
 
 
 @pytest.mark.parametrize(
@@ -546,8 +548,8 @@ def test_key_not_assessable(payee: str, category: str) -> None:
     assessment = assess_one(PER_PAYEE, '{"amount": "5", "payee": ' + payee + "}")
     assert assessment.not_assessable == category
     assert assessment.ledger is None
-    assert cap_ledgers([assessment]) == ()
-    result = caps_evaluate([assessment], spent={})
+    assert ledgers_of_caps([assessment]) == ()
+    result = evaluate_caps([assessment], spent={})
     assert result.findings == (
         Finding(Policy.CAP, "per-payee", gate(""), f"not assessable: {category}"),
     )
@@ -558,13 +560,13 @@ def test_ledger_key_never_holds_the_key_text() -> None:
     arguments = '{"amount": "5", "payee": {"email": "ZQXJ@example.com"}}'
     assessment = assess_one(PER_PAYEE, arguments)
     assert assessment.ledger is not None
-    assert assessment.ledger.key_digest == key_digest("zqxj@example.com")
+    assert assessment.ledger.key_digest == digest_key("zqxj@example.com")
     for text in (repr(assessment.ledger), str(assessment.ledger)):
         assert "zqxj" not in text.lower()
         assert "example" not in text
 
 
-# --- cap_ledgers and records ----------------------------------------------------------------
+# --- ledgers_of_caps and records ----------------------------------------------------------------
 
 LEDGER_RULES = [
     "zeta: pay arg=amount sum USD 100 -> gate",
@@ -578,9 +580,9 @@ LEDGER_RULES = [
 
 def test_cap_ledgers_are_sorted_and_only_assessable_sum_rules() -> None:
     assessments = assess_all(LEDGER_RULES, '{"amount": "150", "currency": "EUR"}')
-    ledgers = cap_ledgers(assessments)
+    ledgers = ledgers_of_caps(assessments)
     assert ledgers == (
-        LedgerKey("alpha", "USD", key_digest(PRINCIPAL)),
+        LedgerKey("alpha", "USD", digest_key(PRINCIPAL)),
         LedgerKey("mid", "EUR", None),
         LedgerKey("zeta", "USD", None),
     )
@@ -597,7 +599,7 @@ def test_cap_ledgers_sort_by_currency_then_key_within_a_rule() -> None:
         CapAssessment(parse_rule("r: pay arg=amount sum USD 1 -> gate"), ledger=ledger)
         for ledger in ledgers
     ]
-    assert cap_ledgers(assessments) == (
+    assert ledgers_of_caps(assessments) == (
         LedgerKey("r", "EUR", "00"),
         LedgerKey("r", "EUR", "ff"),
         LedgerKey("r", "USD", None),
@@ -606,14 +608,14 @@ def test_cap_ledgers_sort_by_currency_then_key_within_a_rule() -> None:
 
 def test_records_cover_every_assessable_sum_rule_including_those_gone_over() -> None:
     assessments = assess_all(LEDGER_RULES, '{"amount": "50", "currency": "EUR"}')
-    ledgers = cap_ledgers(assessments)
+    ledgers = ledgers_of_caps(assessments)
     zeta = LedgerKey("zeta", "USD", None)
-    result = caps_evaluate(assessments, spent=dict.fromkeys(ledgers, 0) | {zeta: 9_000})
+    result = evaluate_caps(assessments, spent=dict.fromkeys(ledgers, 0) | {zeta: 9_000})
     # Over: zeta (sum) and per-call (max); keyless is not assessable; alpha and mid pass.
     assert [f.rule for f in result.findings] == ["zeta", "per-call", "keyless"]
     assert result.records == (
         LedgerRecord(zeta, 5_000),
-        LedgerRecord(LedgerKey("alpha", "USD", key_digest(PRINCIPAL)), 5_000),
+        LedgerRecord(LedgerKey("alpha", "USD", digest_key(PRINCIPAL)), 5_000),
         LedgerRecord(LedgerKey("mid", "EUR", None), 5_000),
     )
 
@@ -621,26 +623,26 @@ def test_records_cover_every_assessable_sum_rule_including_those_gone_over() -> 
 def test_records_use_the_amount_in_minor_units() -> None:
     line = "refund-total: refund arg=amount_cents minor sum USD 1000 -> gate"
     assessments = assess_all([line], '{"amount_cents": 1234}', tool="refund")
-    result = caps_evaluate(assessments, spent=dict.fromkeys(cap_ledgers(assessments), 0))
+    result = evaluate_caps(assessments, spent=dict.fromkeys(ledgers_of_caps(assessments), 0))
     assert result.records == (LedgerRecord(LedgerKey("refund-total", "USD", None), 1234),)
 
 
 def test_ledger_missing_from_spent_raises_key_error() -> None:
     assessments = assess_all([DAILY], '{"amount": "1"}')
     with pytest.raises(KeyError):
-        caps_evaluate(assessments, spent={})
-    other = LedgerKey("daily", "USD", key_digest("someone-else"))
+        evaluate_caps(assessments, spent={})
+    other = LedgerKey("daily", "USD", digest_key("someone-else"))
     with pytest.raises(KeyError):
-        caps_evaluate(assessments, spent={other: 0})
+        evaluate_caps(assessments, spent={other: 0})
 
 
 def test_spent_is_read_per_ledger() -> None:
     assessments = assess_all([DAILY_SPEND], '{"amount": "100", "currency": "EUR"}')
-    (ledger,) = cap_ledgers(assessments)
-    usd = LedgerKey("daily-spend", "USD", key_digest(PRINCIPAL))
+    (ledger,) = ledgers_of_caps(assessments)
+    usd = LedgerKey("daily-spend", "USD", digest_key(PRINCIPAL))
     # A full USD ledger does not affect the EUR one.
-    assert caps_evaluate(assessments, spent={ledger: 0, usd: 10**9}).findings == ()
-    assert len(caps_evaluate(assessments, spent={ledger: 80_001, usd: 0}).findings) == 1
+    assert evaluate_caps(assessments, spent={ledger: 0, usd: 10**9}).findings == ()
+    assert len(evaluate_caps(assessments, spent={ledger: 80_001, usd: 0}).findings) == 1
 
 
 # --- windows --------------------------------------------------------------------------------
@@ -648,9 +650,9 @@ def test_spent_is_read_per_ledger() -> None:
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)  # a Monday
 PLUS5 = timezone(timedelta(hours=5))
 US = timedelta(microseconds=1)
-DAY = Window(calendar="day")
-WEEK = Window(calendar="week")
-MONTH = Window(calendar="month")
+DAY = Window(calendar=Calendar.DAY)
+WEEK = Window(calendar=Calendar.WEEK)
+MONTH = Window(calendar=Calendar.MONTH)
 ROLLING_24H = Window(rolling_seconds=86_400)
 
 
@@ -661,7 +663,7 @@ def test_parsed_windows() -> None:
 
 
 def test_rolling_window_bounds_exclude_the_start() -> None:
-    assert window_bounds(ROLLING_24H, NOW) == (NOW - timedelta(days=1), False)
+    assert bounds_of_window(ROLLING_24H, NOW) == (NOW - timedelta(days=1), False)
 
 
 @pytest.mark.parametrize(
@@ -672,26 +674,27 @@ def test_rolling_window_bounds_exclude_the_start() -> None:
         pytest.param(NOW - timedelta(days=1) + US, True, id="just-inside"),
         pytest.param(NOW - timedelta(hours=3), True, id="middle"),
         pytest.param(NOW, True, id="now"),
-        pytest.param(NOW + US, False, id="future"),
-        pytest.param(NOW + timedelta(hours=1), False, id="later-future"),
+        # After now: only a clock running ahead writes these, and they count (fail-closed).
+        pytest.param(NOW + US, True, id="future"),
+        pytest.param(NOW + timedelta(hours=1), True, id="later-future"),
         pytest.param((NOW - timedelta(hours=3)).astimezone(PLUS5), True, id="other-timezone"),
     ],
 )
 def test_rolling_window_contains(recorded_at: datetime, inside: bool) -> None:
-    assert window_contains(ROLLING_24H, recorded_at, NOW) is inside
+    assert in_window(ROLLING_24H, recorded_at, NOW) is inside
 
 
 def test_rolling_window_of_minutes() -> None:
     window = Window(rolling_seconds=90 * 60)
-    assert window_contains(window, NOW - timedelta(minutes=90), NOW) is False
-    assert window_contains(window, NOW - timedelta(minutes=89, seconds=59), NOW) is True
+    assert in_window(window, NOW - timedelta(minutes=90), NOW) is False
+    assert in_window(window, NOW - timedelta(minutes=89, seconds=59), NOW) is True
 
 
 def test_no_window_is_all_time() -> None:
-    assert window_bounds(None, NOW) == (None, True)
-    assert window_contains(None, datetime(1970, 1, 1, tzinfo=UTC), NOW) is True
-    assert window_contains(None, NOW, NOW) is True
-    assert window_contains(None, NOW + US, NOW) is False
+    assert bounds_of_window(None, NOW) == (None, True)
+    assert in_window(None, datetime(1970, 1, 1, tzinfo=UTC), NOW) is True
+    assert in_window(None, NOW, NOW) is True
+    assert in_window(None, NOW + US, NOW) is True
 
 
 @pytest.mark.parametrize(
@@ -761,24 +764,73 @@ def test_no_window_is_all_time() -> None:
     ],
 )  # fmt: skip
 def test_calendar_window_bounds(window: Window, now: datetime, start: datetime) -> None:
-    bounds_start, inclusive = window_bounds(window, now)
+    bounds_start, inclusive = bounds_of_window(window, now)
     assert bounds_start == start
     assert bounds_start is not None
     assert bounds_start.utcoffset() == timedelta(0)
     assert inclusive is True
-    assert window_contains(window, start, now) is True
-    assert window_contains(window, start - US, now) is False
-    assert window_contains(window, now, now) is True
-    assert window_contains(window, now + US, now) is False
+    assert in_window(window, start, now) is True
+    assert in_window(window, start - US, now) is False
+    assert in_window(window, now, now) is True
+    assert in_window(window, now + US, now) is True
+
+
+ZONES = (UTC, PLUS5, timezone(timedelta(hours=-8)), timezone(timedelta(hours=13, minutes=45)))
+WINDOWS = st.one_of(
+    st.none(),
+    st.sampled_from([DAY, WEEK, MONTH]),
+    st.integers(1, MAX_WINDOW_SECONDS // 60).map(lambda m: Window(rolling_seconds=60 * m)),
+)
+TIMES = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.sampled_from(ZONES)
+)
+
+
+def _counts(window: Window | None, recorded_at: datetime, now: datetime) -> bool:
+    """The windows in words, with no window bound: what an entry at ``recorded_at`` counts in."""
+    t, n = recorded_at.astimezone(UTC), now.astimezone(UTC)
+    if window is None:
+        return True
+    if window.rolling_seconds is not None:
+        return now - recorded_at < timedelta(seconds=window.rolling_seconds)
+    if window.calendar is Calendar.DAY:
+        return t.date() >= n.date()
+    if window.calendar is Calendar.WEEK:
+        return t.date() >= n.date() - timedelta(days=n.weekday())
+    return (t.year, t.month) >= (n.year, n.month)
+
+
+@given(window=WINDOWS, recorded_at=TIMES, now=TIMES)
+def test_in_window_is_the_bound_the_server_compares_with(
+    window: Window | None, recorded_at: datetime, now: datetime
+) -> None:
+    """The server's SQL counts ``recorded_at >= start`` (or ``>``) and nothing else."""
+    start, inclusive = bounds_of_window(window, now)
+    expected = start is None or (recorded_at >= start if inclusive else recorded_at > start)
+    assert in_window(window, recorded_at, now) is expected
+    assert in_window(window, recorded_at, now) is _counts(window, recorded_at, now)
+
+
+@given(window=WINDOWS, now=TIMES, ahead=st.timedeltas(min_value=US, max_value=timedelta(days=400)))
+def test_entries_after_now_count(window: Window | None, now: datetime, ahead: timedelta) -> None:
+    assert in_window(window, now + ahead, now) is True
+    assert in_window(window, now, now) is True
+
+
+def test_calendar_is_a_str_enum() -> None:
+    day: str = "day"
+    assert DAY.calendar is Calendar.DAY
+    assert DAY.calendar == day
+    assert Window(calendar="week").calendar is Calendar.WEEK  # type: ignore[arg-type]
 
 
 def test_calendar_day_counts_utc_midnight_not_local_midnight() -> None:
     now = datetime(2026, 12, 1, 3, 0, tzinfo=PLUS5)  # 2026-11-30 22:00 UTC
     local_midnight = datetime(2026, 12, 1, 0, 0, tzinfo=PLUS5)  # 2026-11-30 19:00 UTC
     before_local_midnight = datetime(2026, 11, 30, 23, 0, tzinfo=PLUS5)  # 18:00 UTC
-    assert window_contains(DAY, local_midnight, now) is True
-    assert window_contains(DAY, before_local_midnight, now) is True
-    assert window_contains(DAY, datetime(2026, 11, 30, 4, 59, tzinfo=PLUS5), now) is False
+    assert in_window(DAY, local_midnight, now) is True
+    assert in_window(DAY, before_local_midnight, now) is True
+    assert in_window(DAY, datetime(2026, 11, 30, 4, 59, tzinfo=PLUS5), now) is False
 
 
 class _NoOffset(tzinfo):
@@ -813,9 +865,9 @@ class _NoOffset(tzinfo):
 )
 def test_naive_now_is_refused(window: Window | None, now: datetime) -> None:
     with pytest.raises(ValueError, match="aware"):
-        window_bounds(window, now)
+        bounds_of_window(window, now)
     with pytest.raises(ValueError, match="aware"):
-        window_contains(window, NOW, now)
+        in_window(window, NOW, now)
 
 
 # --- messages quote nothing from the arguments ----------------------------------------------

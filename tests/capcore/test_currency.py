@@ -15,7 +15,7 @@ from capcore import (
     resolve_exponent,
 )
 
-# The codes the published list carries without a minor unit (spec, "Currency table").
+# The codes the published ISO 4217 list carries without a minor unit.
 NO_MINOR_UNIT = (
     "XAU",
     "XAG",

@@ -1,5 +1,5 @@
-"""The permission policy (policies.md section 1): modes, the tool classifier, pins, and the
-deny > ask > allow > mode precedence of permission rules."""
+"""The permission policy: modes, the tool classifier, pins, and the deny > ask > allow > mode
+precedence of permission rules."""
 
 from __future__ import annotations
 
@@ -21,12 +21,11 @@ from capcore.permissions import (
     PermissionRule,
     ToolClass,
     ToolClassPin,
-    mode_hold_only,
-    mode_parse,
-    permission_evaluate,
-    tool_class_guess,
-    tool_classify,
-    tool_words,
+    classify_tool,
+    evaluate_permissions,
+    guess_tool_class,
+    held_by_mode_only,
+    words_of_tool,
 )
 
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -42,7 +41,9 @@ def evaluate(
     run_id: str = RUN,
     now: datetime = NOW,
 ) -> PermissionResult:
-    return permission_evaluate(tool=tool, mode=mode, rules=rules, pins=pins, run_id=run_id, now=now)
+    return evaluate_permissions(
+        tool=tool, mode=mode, rules=rules, pins=pins, run_id=run_id, now=now
+    )
 
 
 def rules_of(result: PermissionResult) -> list[str | None]:
@@ -72,7 +73,7 @@ def test_seed_false_positives_are_not_dangerous_words(word: str) -> None:
     assert word not in DANGEROUS_WORDS
 
 
-# --- tool_words and tool_class_guess ------------------------------------------------------
+# --- words_of_tool and guess_tool_class ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -94,7 +95,7 @@ def test_seed_false_positives_are_not_dangerous_words(word: str) -> None:
     ],
 )
 def test_tool_words(tool: str, words: list[str]) -> None:
-    assert tool_words(tool) == words
+    assert words_of_tool(tool) == words
 
 
 @pytest.mark.parametrize(
@@ -118,25 +119,25 @@ def test_tool_words(tool: str, words: list[str]) -> None:
     ],
 )
 def test_tool_class_guess(tool: str, tool_class: ToolClass) -> None:
-    assert tool_class_guess(tool) is tool_class
+    assert guess_tool_class(tool) is tool_class
 
 
 @pytest.mark.parametrize("word", sorted(DANGEROUS_WORDS))
 def test_every_dangerous_word_alone_is_dangerous(word: str) -> None:
-    assert tool_class_guess(word) is ToolClass.DANGEROUS
-    assert tool_class_guess(word.upper()) is ToolClass.DANGEROUS
+    assert guess_tool_class(word) is ToolClass.DANGEROUS
+    assert guess_tool_class(word.upper()) is ToolClass.DANGEROUS
 
 
 @pytest.mark.parametrize("verb", sorted(READ_VERBS))
 def test_every_read_verb_first_is_read(verb: str) -> None:
-    assert tool_class_guess(f"{verb}_items") is ToolClass.READ
-    assert tool_class_guess(f"{verb}Items") is ToolClass.READ
+    assert guess_tool_class(f"{verb}_items") is ToolClass.READ
+    assert guess_tool_class(f"{verb}Items") is ToolClass.READ
 
 
 @given(st.from_regex(TOOL_NAME, fullmatch=True))
 def test_guess_never_raises_on_a_valid_tool_name(tool: str) -> None:
-    assert isinstance(tool_class_guess(tool), ToolClass)
-    assert all(word and word == word.lower() for word in tool_words(tool))
+    assert isinstance(guess_tool_class(tool), ToolClass)
+    assert all(word and word == word.lower() for word in words_of_tool(tool))
 
 
 @given(
@@ -146,12 +147,12 @@ def test_guess_never_raises_on_a_valid_tool_name(tool: str) -> None:
 )
 def test_an_extra_dangerous_word_makes_it_dangerous(tool: str, word: str, before: bool) -> None:
     extended = f"{word}_{tool}" if before else f"{tool}_{word}"
-    assert tool_class_guess(extended) is ToolClass.DANGEROUS
+    assert guess_tool_class(extended) is ToolClass.DANGEROUS
 
 
 @given(st.text(max_size=200))
 def test_words_never_raise_on_any_text(text: str) -> None:
-    words = tool_words(text)
+    words = words_of_tool(text)
     assert all(set(word) <= set(string.ascii_lowercase + string.digits) for word in words)
 
 
@@ -159,14 +160,14 @@ def test_words_never_raise_on_any_text(text: str) -> None:
 
 
 def test_no_pin_means_guessed() -> None:
-    assert tool_classify(tool="drop_table", pins=()) == Classification(ToolClass.DANGEROUS, True)
+    assert classify_tool(tool="drop_table", pins=()) == Classification(ToolClass.DANGEROUS, True)
     other = (ToolClassPin("fs.*", ToolClass.READ),)
-    assert tool_classify(tool="drop_table", pins=other) == Classification(ToolClass.DANGEROUS, True)
+    assert classify_tool(tool="drop_table", pins=other) == Classification(ToolClass.DANGEROUS, True)
 
 
 def test_a_pin_overrides_the_guess() -> None:
     pins = (ToolClassPin("drop_table", ToolClass.READ),)
-    assert tool_classify(tool="drop_table", pins=pins) == Classification(ToolClass.READ, False)
+    assert classify_tool(tool="drop_table", pins=pins) == Classification(ToolClass.READ, False)
 
 
 def test_exact_pin_beats_any_glob() -> None:
@@ -176,8 +177,8 @@ def test_exact_pin_beats_any_glob() -> None:
         ToolClassPin("*", ToolClass.DANGEROUS),
     )
     tool = "fs.read_file_with_a_very_long_glob"
-    assert tool_classify(tool=tool, pins=pins).tool_class is ToolClass.DANGEROUS
-    assert tool_classify(tool="fs.read_file", pins=pins) == Classification(ToolClass.READ, False)
+    assert classify_tool(tool=tool, pins=pins).tool_class is ToolClass.DANGEROUS
+    assert classify_tool(tool="fs.read_file", pins=pins) == Classification(ToolClass.READ, False)
 
 
 def test_longer_glob_beats_shorter_glob() -> None:
@@ -185,8 +186,8 @@ def test_longer_glob_beats_shorter_glob() -> None:
         ToolClassPin("fs.*", ToolClass.DANGEROUS),
         ToolClassPin("fs.read_*", ToolClass.READ),
     )
-    assert tool_classify(tool="fs.read_file", pins=pins) == Classification(ToolClass.READ, False)
-    assert tool_classify(tool="fs.write_file", pins=pins).tool_class is ToolClass.DANGEROUS
+    assert classify_tool(tool="fs.read_file", pins=pins) == Classification(ToolClass.READ, False)
+    assert classify_tool(tool="fs.write_file", pins=pins).tool_class is ToolClass.DANGEROUS
 
 
 @pytest.mark.parametrize(
@@ -202,15 +203,15 @@ def test_equally_specific_pins_resolve_to_the_most_dangerous(
 ) -> None:
     globs = ("pay_*", "*_api", "pa?_*")  # all five characters long, all match "pay_api"
     pins = tuple(ToolClassPin(glob, cls) for glob, cls in zip(globs, classes, strict=False))
-    assert tool_classify(tool="pay_api", pins=pins) == Classification(winner, False)
+    assert classify_tool(tool="pay_api", pins=pins) == Classification(winner, False)
     exact = tuple(ToolClassPin("pay_api", cls) for cls in classes)
-    assert tool_classify(tool="pay_api", pins=exact) == Classification(winner, False)
+    assert classify_tool(tool="pay_api", pins=exact) == Classification(winner, False)
 
 
 def test_pins_are_case_sensitive() -> None:
     pins = (ToolClassPin("Pay", ToolClass.READ), ToolClassPin("PAY*", ToolClass.READ))
-    assert tool_classify(tool="pay", pins=pins) == Classification(ToolClass.DANGEROUS, True)
-    assert tool_classify(tool="Pay", pins=pins) == Classification(ToolClass.READ, False)
+    assert classify_tool(tool="pay", pins=pins) == Classification(ToolClass.DANGEROUS, True)
+    assert classify_tool(tool="Pay", pins=pins) == Classification(ToolClass.READ, False)
 
 
 # --- modes --------------------------------------------------------------------------------
@@ -218,14 +219,14 @@ def test_pins_are_case_sensitive() -> None:
 
 @pytest.mark.parametrize("mode", list(Mode))
 def test_mode_parse_known_values(mode: Mode) -> None:
-    assert mode_parse(mode.value) is mode
+    assert Mode.parse(mode.value) is mode
 
 
 @pytest.mark.parametrize(
     "value", ["Allow", "ALLOW", "", "root", "danger", " allow", "allow ", "Default"]
 )
 def test_unknown_mode_is_prompt(value: str) -> None:
-    assert mode_parse(value) is Mode.PROMPT
+    assert Mode.parse(value) is Mode.PROMPT
 
 
 PASS = None
@@ -294,7 +295,7 @@ def test_mode_allow_passes_a_dangerous_tool_without_classifying() -> None:
 
 
 def test_an_unknown_mode_in_the_database_holds() -> None:
-    (finding,) = evaluate("list_items", mode=mode_parse("Allow")).findings
+    (finding,) = evaluate("list_items", mode=Mode.parse("Allow")).findings
     assert finding.action == DEFAULT_GATE
     assert finding.rule == "mode:prompt"
 
@@ -423,7 +424,7 @@ def test_no_message_contains_the_tool_name(rules: tuple[PermissionRule, ...], mo
             assert "transfer" not in finding.message.lower()
 
 
-# --- mode_hold_only -----------------------------------------------------------------------
+# --- held_by_mode_only -----------------------------------------------------------------------
 
 
 def mode_hold(mode: str = "default") -> Finding:
@@ -449,13 +450,13 @@ def mode_hold(mode: str = "default") -> Finding:
     ],
 )
 def test_mode_hold_only(findings: tuple[Finding, ...], expected: bool) -> None:
-    assert mode_hold_only(findings) is expected
+    assert held_by_mode_only(findings) is expected
 
 
 def test_mode_hold_only_on_evaluated_findings() -> None:
-    assert mode_hold_only(evaluate("zqxj_pay", mode=Mode.DEFAULT).findings)
-    assert mode_hold_only(evaluate("zqxj_write", mode=Mode.PROMPT).findings)
-    assert not mode_hold_only(evaluate("zqxj_write", mode=Mode.READ_ONLY).findings)
+    assert held_by_mode_only(evaluate("zqxj_pay", mode=Mode.DEFAULT).findings)
+    assert held_by_mode_only(evaluate("zqxj_write", mode=Mode.PROMPT).findings)
+    assert not held_by_mode_only(evaluate("zqxj_write", mode=Mode.READ_ONLY).findings)
     ask = (rule(1, Decision.ASK),)
-    assert not mode_hold_only(evaluate("zqxj_pay", rules=ask).findings)
-    assert not mode_hold_only(evaluate("zqxj_list", mode=Mode.DEFAULT).findings)
+    assert not held_by_mode_only(evaluate("zqxj_pay", rules=ask).findings)
+    assert not held_by_mode_only(evaluate("zqxj_list", mode=Mode.DEFAULT).findings)

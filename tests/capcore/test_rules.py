@@ -1,5 +1,5 @@
-"""Cap rules: ``parse_rule``, ``parse_rules``, ``Rule.to_line`` (spec: ``cap-rules.md`` and the
-"Errors" and "Cap rules" sections of ``capcore-api.md``)."""
+"""Cap rules: ``parse_rule``, ``parse_rules``, ``parse_rules_with_lines``, ``Rule.to_line``
+and ``RuleError`` (the grammar: ``docs/rules.md``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from capcore import (
     Action,
     ActionKind,
     AmountOverflow,
+    Calendar,
     ExponentError,
     FractionDigits,
     Key,
@@ -25,12 +26,14 @@ from capcore import (
     Limit,
     Rule,
     RuleError,
+    RuleLine,
     Unit,
     UnknownCurrency,
     Window,
     exponent,
     parse_rule,
     parse_rules,
+    parse_rules_with_lines,
 )
 from capcore.rules import MAX_NAME_LENGTH, MAX_TOOL_LENGTH, MAX_WINDOW_SECONDS
 from tests.capcore.conftest import assert_no_leak
@@ -97,7 +100,7 @@ def parses_to(line: str, expected: Rule) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. The examples of cap-rules.md
+# 1. The examples of docs/rules.md
 # ---------------------------------------------------------------------------------------------
 
 EXAMPLES = [
@@ -129,7 +132,7 @@ EXAMPLES = [
             currency_arg=("currency",),
             limits=(Limit("USD", 2, 100000), Limit("EUR", 2, 90000)),
             kind=Kind.SUM,
-            window=Window(calendar="day"),
+            window=Window(calendar=Calendar.DAY),
             key=Key(principal=True),
             action=Action(ActionKind.GATE, ""),
         ),
@@ -464,9 +467,9 @@ def test_money(limit_text: str, limit: Limit) -> None:
         ("1d", Window(rolling_seconds=DAY)),
         ("7d", Window(rolling_seconds=604800)),
         ("366d", Window(rolling_seconds=366 * DAY)),
-        ("day", Window(calendar="day")),
-        ("week", Window(calendar="week")),
-        ("month", Window(calendar="month")),
+        ("day", Window(calendar=Calendar.DAY)),
+        ("week", Window(calendar=Calendar.WEEK)),
+        ("month", Window(calendar=Calendar.MONTH)),
     ],
 )
 def test_windows(window_text: str, window: Window) -> None:
@@ -496,7 +499,7 @@ def test_window_syntax_refused(window_text: str) -> None:
 def test_window_and_key() -> None:
     parses_to(
         "r: pay arg=amount sum USD 5 per week by principal -> gate",
-        make(kind=Kind.SUM, window=Window(calendar="week"), key=Key(principal=True)),
+        make(kind=Kind.SUM, window=Window(calendar=Calendar.WEEK), key=Key(principal=True)),
     )
 
 
@@ -1319,6 +1322,36 @@ def test_parse_rules_keeps_order() -> None:
     assert parse_rules([C, A, B]) == [RULES_ABC[2], RULES_ABC[0], RULES_ABC[1]]
 
 
+def test_parse_rules_with_lines_numbers_each_rule_with_its_line() -> None:
+    text = f"# header\r\n\r\n  {A}\t\r\n# {B}\n{B}\n\n{C}"
+    assert parse_rules_with_lines(text) == [
+        RuleLine(3, f"  {A}\t", RULES_ABC[0]),
+        RuleLine(5, B, RULES_ABC[1]),
+        RuleLine(7, C, RULES_ABC[2]),
+    ]
+    assert parse_rules_with_lines([f"{A}\n", "\n", f"{B}\r\n"]) == [
+        RuleLine(1, A, RULES_ABC[0]),
+        RuleLine(3, B, RULES_ABC[1]),
+    ]
+    assert parse_rules_with_lines("") == []
+
+
+def test_parse_rules_with_lines_is_parse_rules() -> None:
+    text = f"# x\n{C}\n\n{A}\r\n  {B}"
+    assert [line.rule for line in parse_rules_with_lines(text)] == parse_rules(text)
+    for line in parse_rules_with_lines(text):
+        assert parse_rule(line.text) == line.rule
+        assert text.replace("\r", "").split("\n")[line.number - 1] == line.text
+
+
+def test_parse_rules_with_lines_refuses_as_parse_rules_does() -> None:
+    for text in (f"{A}\nr: pay arg=amount\n", f"{A}\n{B}\nA: wire arg=x max EUR 2 -> refuse"):
+        with pytest.raises(RuleError) as with_lines:
+            parse_rules_with_lines(text)
+        error = refused_file(text)
+        assert (with_lines.value.line, with_lines.value.column) == (error.line, error.column)
+
+
 # ---------------------------------------------------------------------------------------------
 # 5. Errors never contain the line's text
 # ---------------------------------------------------------------------------------------------
@@ -1395,16 +1428,16 @@ def test_duplicate_name_error_never_contains_the_name() -> None:
 
 
 def test_window_construction() -> None:
-    assert Window(calendar="day").rolling_seconds is None
+    assert Window(calendar=Calendar.DAY).rolling_seconds is None
     assert Window(rolling_seconds=60).calendar is None
     with pytest.raises(ValueError, match="window"):
         Window()
     with pytest.raises(ValueError, match="window"):
         Window(None, None)
     with pytest.raises(ValueError, match="window"):
-        Window(rolling_seconds=DAY, calendar="day")
+        Window(rolling_seconds=DAY, calendar=Calendar.DAY)
     with pytest.raises(ValueError, match="window"):
-        Window(calendar="year")
+        Window(calendar="year")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="window"):
         Window(rolling_seconds=0)
     with pytest.raises(ValueError, match="window"):
@@ -1554,7 +1587,7 @@ tools_ = words(TOOL_FIRST, TOOL_REST, 16) | words(TOOL_FIRST, TOOL_REST, MAX_TOO
 members = words(MEMBER_FIRST, MEMBER_REST, 10)
 paths = st.lists(members, min_size=1, max_size=3).map(tuple)
 windows = st.one_of(
-    st.sampled_from(["day", "week", "month"]).map(lambda c: Window(calendar=c)),
+    st.sampled_from(list(Calendar)).map(lambda c: Window(calendar=c)),
     st.integers(1, MAX_WINDOW_SECONDS // 60).map(lambda m: Window(rolling_seconds=m * 60)),
     st.integers(1, 8784).map(lambda h: Window(rolling_seconds=h * 3600)),
     st.integers(1, 366).map(lambda d: Window(rolling_seconds=d * DAY)),

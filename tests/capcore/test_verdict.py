@@ -1,5 +1,5 @@
-"""Combining findings into one verdict (policies.md, "Verdict") and the reason objects of the
-agent API (agent-api.md, ``reasons``)."""
+"""Combining findings into one verdict and the reason objects of the agent API (``reasons`` in
+``docs/api.md``)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from capcore.verdict import (
     POLICY_ERROR,
     Status,
     Verdict,
-    arguments_refusal,
+    combine_findings,
     policy_error,
-    verdict_combine,
+    refusal_of_arguments,
 )
 
 REASON_KEYS = {"policy", "rule", "action", "gate", "message"}
@@ -42,21 +42,21 @@ def test_refusal_action_names_no_gate() -> None:
     assert Action(ActionKind.GATE, "") == DEFAULT_GATE
 
 
-# --- verdict_combine ------------------------------------------------------------------------
+# --- combine_findings ------------------------------------------------------------------------
 
 
 def test_no_findings_allow_with_no_reasons_and_no_gates() -> None:
-    assert verdict_combine([]) == Verdict(Status.ALLOWED, (), ())
+    assert combine_findings([]) == Verdict(Status.ALLOWED, (), ())
 
 
 def test_one_hold_is_pending_at_its_gate() -> None:
     finding = hold("finance")
-    assert verdict_combine([finding]) == Verdict(Status.PENDING, (finding,), ("finance",))
+    assert combine_findings([finding]) == Verdict(Status.PENDING, (finding,), ("finance",))
 
 
 def test_default_gate_hold_is_pending_at_empty_gate() -> None:
     finding = hold("")
-    assert verdict_combine([finding]) == Verdict(Status.PENDING, (finding,), ("",))
+    assert combine_findings([finding]) == Verdict(Status.PENDING, (finding,), ("",))
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_held_gates_are_the_union_in_first_seen_order(
     gates: list[str], expected: tuple[str, ...]
 ) -> None:
     findings = [hold(gate, rule=f"r{i}") for i, gate in enumerate(gates)]
-    verdict = verdict_combine(findings)
+    verdict = combine_findings(findings)
     assert verdict.status is Status.PENDING
     assert verdict.gates == expected
     assert verdict.reasons == tuple(findings)
@@ -85,29 +85,29 @@ def test_held_gates_are_the_union_in_first_seen_order(
 def test_any_refusal_refuses_listing_every_finding_and_no_gates(position: int) -> None:
     findings = [hold("a", "h1", Policy.BUDGET), hold("b", "h2"), hold("", "h3", Policy.PERMISSION)]
     findings.insert(position, refuse())
-    verdict = verdict_combine(findings)
+    verdict = combine_findings(findings)
     assert verdict == Verdict(Status.REFUSED, tuple(findings), ())
 
 
 def test_refusal_alone() -> None:
     finding = refuse()
-    assert verdict_combine([finding]) == Verdict(Status.REFUSED, (finding,), ())
+    assert combine_findings([finding]) == Verdict(Status.REFUSED, (finding,), ())
 
 
 def test_several_refusals_are_all_listed() -> None:
     findings = [refuse("one"), refuse("two", Policy.PERMISSION)]
-    assert verdict_combine(findings).reasons == tuple(findings)
+    assert combine_findings(findings).reasons == tuple(findings)
 
 
 def test_combine_reads_a_one_shot_iterable_once() -> None:
     findings = [hold("a"), hold("b"), refuse()]
-    verdict = verdict_combine(f for f in findings)
+    verdict = combine_findings(f for f in findings)
     assert verdict == Verdict(Status.REFUSED, tuple(findings), ())
-    held = verdict_combine(f for f in findings[:2])
+    held = combine_findings(f for f in findings[:2])
     assert held == Verdict(Status.PENDING, tuple(findings[:2]), ("a", "b"))
 
 
-# --- arguments_refusal and policy_error -----------------------------------------------------
+# --- refusal_of_arguments and policy_error -----------------------------------------------------
 
 
 def _args_error(text: str) -> ArgsNotStrict:
@@ -125,7 +125,7 @@ def _args_error(text: str) -> ArgsNotStrict:
     ],
 )
 def test_arguments_refusal(text: str, category: str) -> None:
-    finding = arguments_refusal(_args_error(text))
+    finding = refusal_of_arguments(_args_error(text))
     assert finding == Finding(
         Policy.ARGUMENTS, None, REFUSE, f"arguments are not strict JSON: {category}"
     )
@@ -136,11 +136,11 @@ def test_arguments_refusal(text: str, category: str) -> None:
         "gate": "",
         "message": f"arguments are not strict JSON: {category}",
     }
-    assert verdict_combine([finding]).status is Status.REFUSED
+    assert combine_findings([finding]).status is Status.REFUSED
 
 
 def test_arguments_refusal_never_quotes_the_arguments() -> None:
-    finding = arguments_refusal(_args_error('{"ZQXJ": 1, "ZQXJ": 2}'))
+    finding = refusal_of_arguments(_args_error('{"ZQXJ": 1, "ZQXJ": 2}'))
     assert "ZQXJ" not in json.dumps(finding.as_reason())
 
 

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_rate, secret_key
+from config.env import (
+    UNKNOWN_CHOICES,
+    env_bool,
+    env_choices,
+    env_int,
+    env_list,
+    env_rate,
+    secret_key,
+)
 
 
 @pytest.mark.parametrize(
@@ -68,6 +77,37 @@ def test_env_rate_refuses_malformed(monkeypatch: pytest.MonkeyPatch, raw: str) -
     monkeypatch.setenv("RATE", raw)
     with pytest.raises(ImproperlyConfigured):
         env_rate("RATE", "1/s")
+
+
+PIECES = ("handler", "layer", "sqlite")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, set()),
+        ("", set()),
+        ("layer", {"layer"}),
+        (" Handler , layer,", {"handler", "layer"}),
+        ("all", set(PIECES)),
+        ("layer,ALL", set(PIECES)),
+    ],
+)
+def test_env_choices(monkeypatch: pytest.MonkeyPatch, raw: str | None, expected: set[str]) -> None:
+    if raw is None:
+        monkeypatch.delenv("PIECES", raising=False)
+    else:
+        monkeypatch.setenv("PIECES", raw)
+    assert env_choices("PIECES", PIECES) == expected
+
+
+def test_env_choices_refuses_an_unknown_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIECES", "layer,handlr")
+    message = UNKNOWN_CHOICES.format(
+        name="PIECES", unknown="handlr", choices="handler, layer, sqlite"
+    )
+    with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
+        env_choices("PIECES", PIECES)
 
 
 def test_secret_key_prefers_the_environment(

@@ -3,12 +3,7 @@ that the rules allow, hold or refuse."""
 
 from __future__ import annotations
 
-import hashlib
-
-from django.contrib.auth.models import Permission, User
-
-from approvals.models import Agent, AgentToken
-from approvals.services.rules import cap_rule_save
+from tests.factories import agent_with_token, rule_make, user_make
 
 TOKEN = "cs_client-tests-0123456789"
 APPROVER, PASSWORD = "alice", "pw"
@@ -19,11 +14,7 @@ BIG_WIRE = {"amount": "500.00"}
 
 
 def world_create() -> None:
-    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(TOKEN.encode()).hexdigest(), prefix=TOKEN[:8]
-    )
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
-    cap_rule_save(line="wires: wire arg=amount max USD 100.00 -> refuse")
-    alice = User.objects.create_user(APPROVER, password=PASSWORD)
-    alice.user_permissions.add(Permission.objects.get(codename="decide_call"))
+    agent_with_token(token=TOKEN)
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    rule_make(line="wires: wire arg=amount max USD 100.00 -> refuse")
+    user_make(username=APPROVER, password=PASSWORD)

@@ -10,9 +10,11 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 
+from tests.factories import user_make
 from tests.scale.servers import (
+    APPROVER,
+    PASSWORD,
     PrivateRedis,
-    approver_create,
     is_postgresql,
     private_redis,
     redis_reachable,
@@ -41,4 +43,4 @@ def own_redis(transactional_db: None) -> Iterator[PrivateRedis]:
 
 @pytest.fixture
 def approver(transactional_db: None) -> User:
-    return approver_create()
+    return user_make(username=APPROVER, password=PASSWORD)

@@ -7,7 +7,6 @@ Every wait here has a timeout: a test that would hang fails instead.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import socket
 import subprocess
@@ -19,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from django.contrib.auth.models import Permission, User
 from django.db import connection
 
-from approvals.models import Agent, AgentToken
+from approvals.models import Agent
+from tests.factories import agent_with_token
 from tests.live import LiveServer, free_port, start_server
 
 APPROVER, PASSWORD = "alice", "correct horse battery staple"
@@ -39,19 +38,8 @@ def token_for(name: str) -> str:
 
 
 def agent_create(name: str, *, mode: str = "danger_full_access") -> tuple[Agent, str]:
-    """An agent acting for principal ``carol`` and its token."""
-    token = token_for(name)
-    agent = Agent.objects.create(name=name, principal="carol", mode=mode)
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:8]
-    )
-    return agent, token
-
-
-def approver_create(username: str = APPROVER, password: str = PASSWORD) -> User:
-    user = User.objects.create_user(username, password=password)
-    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
-    return user
+    """An agent acting for principal ``carol`` and its token, known from its name."""
+    return agent_with_token(token=token_for(name), name=name, mode=mode)
 
 
 def bearer(token: str) -> dict[str, str]:

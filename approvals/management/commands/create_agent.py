@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.models import MODE_CHOICES
+from approvals.models import Agent
 from approvals.services.agents import agent_create_or_update, agent_token_issue
 
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--mode",
-            choices=[value for value, _ in MODE_CHOICES],
+            choices=Agent.Mode.values,
             help="Its permission mode.",
         )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals.models import Agent
+from approvals.models import Agent, Call
 from approvals.services.agents import agent_token_issue
 from approvals.services.demo import DEMO_AGENT, DEMO_PROMPT_AGENT
 from countersign import AsyncClient, CountersignError
@@ -61,7 +61,7 @@ def _decision(state: dict[str, Any]) -> str:
     decision = state.get("decision") or {}
     by = f" by {decision['by']}" if decision.get("by") else ""
     comment = f": {decision['comment']}" if decision.get("comment") else ""
-    if state["status"] in {"allowed", "refused"}:
+    if state["status"] in Call.Status.NEVER_HELD:
         return "; ".join(r["message"] for r in state["reasons"]) or "no policy objected"
     return f"{by}{comment}".strip(": ") or "-"
 
@@ -125,5 +125,5 @@ class Command(BaseCommand):
             f"  {sample.tool} ({sample.label}) -> {final['status']}: {_decision(final)}"
         )
         self.stdout.flush()
-        if final["status"] in {"approved", "allowed"}:
+        if final["status"] in {Call.Status.APPROVED, Call.Status.ALLOWED}:
             self.stdout.write(f"    the agent runs {sample.tool}({json.dumps(sample.arguments)})")

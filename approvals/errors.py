@@ -1,0 +1,112 @@
+"""What the agent entry points answer when they refuse: one error type, its codes and
+messages, and its JSON body ``{"error": {"code", "message"}}`` (docs/api.md, "Errors").
+
+The API, the long-poll and the agent sockets all raise ``ApiError``; HTTP answers it with
+the body and its status, a socket closes with ``4000 + status`` (``4401``, ``4403``, ...).
+No message repeats what the agent sent.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+
+from django.http import JsonResponse
+
+from config.runtime.asgi_types import Send
+
+
+class Code(StrEnum):
+    """The error body's machine codes."""
+
+    BAD_REQUEST = "bad_request"
+    UNAUTHENTICATED = "unauthenticated"
+    AGENT_DISABLED = "agent_disabled"
+    PRINCIPAL_FORBIDDEN = "principal_forbidden"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    ALREADY_FINAL = "already_final"
+    BODY_TOO_LARGE = "body_too_large"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    ERROR = "error"
+
+
+UNAUTHENTICATED = "A valid bearer token is required."
+AGENT_DISABLED = "This agent is disabled."
+NOT_FOUND = "No such call."
+NO_SUCH_ENDPOINT = "No such endpoint."
+METHOD_NOT_ALLOWED = "This method is not allowed here."
+BAD_QUERY = "A query parameter is malformed or out of range."
+ALREADY_FINAL = "The call is already final."
+IDEMPOTENCY_CONFLICT = "This Idempotency-Key was used with a different request body."
+RATE_LIMITED = "Too many submissions from this agent; retry after the Retry-After seconds."
+LIMITER_UNAVAILABLE = "The rate limit cannot be checked just now; nothing was stored. Retry."
+REQUEST_FAILED = "The request failed."
+
+# A WebSocket refusal is this plus the HTTP status it stands for.
+CLOSE_CODE_BASE = 4000
+
+
+class ApiError(Exception):
+    """A refusal: the HTTP status, the body's code and message, and for ``429``/``503`` the
+    seconds after which to retry."""
+
+    def __init__(
+        self, status: int, code: Code, message: str, *, retry_after: int | None = None
+    ) -> None:
+        super().__init__(code)
+        self.status, self.code, self.message = status, code, message
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers the answer carries besides its content type."""
+        headers = {}
+        if self.status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(self.retry_after)
+        return headers
+
+    @property
+    def close_code(self) -> int:
+        return CLOSE_CODE_BASE + self.status
+
+
+def json_error_bytes(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+def error_response(error: ApiError) -> JsonResponse:
+    """The error as Django's answer."""
+    response = JsonResponse(
+        {"error": {"code": error.code, "message": error.message}}, status=error.status
+    )
+    for name, value in error.headers.items():
+        response[name] = value
+    return response
+
+
+async def send_json(
+    send: Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """A whole JSON answer on a raw ASGI ``send``."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, error: ApiError) -> None:
+    """The error as a raw ASGI answer."""
+    headers = tuple(
+        (name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in error.headers.items()
+    )
+    await send_json(send, error.status, json_error_bytes(error.code, error.message), headers)

@@ -1,0 +1,59 @@
+"""``Call`` rows: one read and locked for a decision, and the queue's gate test."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, NoReturn
+
+from django.db import NotSupportedError
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import BooleanField, F, Func
+from django.db.models.sql.compiler import SQLCompiler
+
+from approvals.models import Call
+from approvals.queries import sql
+
+_READ = "SELECT {columns} FROM " + sql.statement("{C} WHERE {C.id} = %s", C=Call)
+
+
+def call_key(call_id: uuid.UUID) -> Any:
+    """A call's id as the database stores it (SQLite: hex text)."""
+    return sql.prepared(sql.fields(Call, "id")[0], call_id)
+
+
+def call_read_locked(call_id: uuid.UUID) -> Call | None:
+    """The call, its row locked until the transaction ends; None when there is none."""
+    of = sql.fields(Call)
+    found = sql.fetch(sql.locking(_READ.format(columns=sql.columns(of))), [call_key(call_id)], of)
+    return sql.instance(Call, of, found[0]) if found else None  # type: ignore[no-any-return]
+
+
+class HeldAtAny(Func):
+    """Whether a call's ``gates`` (a JSON list of names) holds any of ``names``. Django's
+    JSONField lookups cannot say it on SQLite (``contains`` is unsupported there and
+    ``has_any_keys`` reads an object's keys, not a list's items), hence each backend's own."""
+
+    output_field = BooleanField()
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        super().__init__(F("gates"))
+        self.names = names
+
+    def as_sql(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotSupportedError("the queue reads gate lists on SQLite and PostgreSQL only")
+
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        gates, params = compiler.compile(self.source_expressions[0])
+        marks = ", ".join(["%s"] * len(self.names))
+        # Only the compiled column and placeholders go into the text; the names are parameters.
+        text = f"EXISTS (SELECT 1 FROM json_each({gates}) AS held WHERE held.value IN ({marks}))"
+        return text, (*params, *self.names)
+
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        # jsonb's ?| matches a list's string items as well as an object's keys.
+        gates, params = compiler.compile(self.source_expressions[0])
+        return f"({gates} ?| %s)", (*params, list(self.names))

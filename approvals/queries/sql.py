@@ -1,0 +1,182 @@
+"""Running the statements of the hot paths as SQL written out, not built by the ORM.
+
+The statements themselves live beside this module, one module per table
+(``approvals/queries/<table>.py``); this one runs them and builds their names.
+
+Every submission runs about ten statements, every decision about as many. The ORM spends
+0.3–0.5 ms of Python building each one (a queryset, its lookups, the compiler) against
+0.03 ms for SQLite to run it: that was most of a submission's cost (docs/performance.md).
+These helpers run SQL given as text and do what the ORM would around it: values are
+prepared by their model fields (so UUIDs, JSON and datetimes are stored exactly as the ORM
+stores them) and read back through the fields' converters (so a datetime read from SQLite
+comes back aware, a boolean as a ``bool``). Only the fixed statements of the submission,
+decision and login paths are written this way; everything else uses the ORM.
+
+Identifiers come from the models' own metadata (``Names``), never typed by hand, and are
+quoted the SQL standard's way, which both supported databases (SQLite and PostgreSQL) follow.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models import Field, Model
+
+    AnyField = Field[Any, Any]
+
+
+def quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def table(model: type[Model]) -> str:
+    return quoted(model._meta.db_table)
+
+
+class Names:
+    """A model's table and column names, quoted, for ``str.format``: ``{L}`` is the table,
+    ``{L.rule}`` a field's column by the field's name (a foreign key's too: ``{A.user}`` is
+    ``"user_id"``). An unknown field raises ``FieldDoesNotExist`` as the statement is built,
+    at import: a statement naming a column that is not there never runs."""
+
+    def __init__(self, model: type[Model]) -> None:
+        self.model = model
+
+    def __format__(self, spec: str) -> str:
+        return table(self.model)
+
+    def __getattr__(self, name: str) -> str:
+        return quoted(self.model._meta.get_field(name).column)  # type: ignore[union-attr]
+
+
+def statement(text: str, **models: type[Model]) -> str:
+    """``text`` with each ``{Alias}`` and ``{Alias.field}`` replaced by the quoted table and
+    column names of ``models[Alias]``."""
+    return text.format(**{alias: Names(model) for alias, model in models.items()})
+
+
+@cache
+def fields(model: type[Model], *names: str) -> tuple[AnyField, ...]:
+    """The named fields of ``model`` (by field name; all its concrete fields for none)."""
+    if not names:
+        return tuple(model._meta.concrete_fields)
+    return tuple(model._meta.get_field(name) for name in names)  # type: ignore[misc]
+
+
+@cache
+def columns(of: tuple[AnyField, ...], alias: str = "") -> str:
+    prefix = f"{quoted(alias)}." if alias else ""
+    return ", ".join(prefix + quoted(field.column) for field in of)
+
+
+# Per connection (one per thread), as the ORM's compiler looks them up for each query.
+_converters: weakref.WeakKeyDictionary[
+    BaseDatabaseWrapper, dict[AnyField, tuple[Any, tuple[Any, ...]]]
+] = weakref.WeakKeyDictionary()
+
+
+def _converters_of(wrapper: BaseDatabaseWrapper, field: AnyField) -> tuple[Any, tuple[Any, ...]]:
+    known = _converters.setdefault(wrapper, {})
+    if field not in known:
+        column = field.cached_col
+        found = wrapper.ops.get_db_converters(column) + column.get_db_converters(wrapper)
+        known[field] = (column, tuple(found))
+    return known[field]
+
+
+def converted(row: Sequence[Any], of: Sequence[AnyField]) -> list[Any]:
+    """A row's values as the ORM would give them for these fields."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    values = []
+    for value, field in zip(row, of, strict=True):
+        column, converters = _converters_of(wrapper, field)
+        for converter in converters:
+            value = converter(value, column, wrapper)
+        values.append(value)
+    return values
+
+
+def rows(sql: str, params: Sequence[Any] | None) -> list[tuple[Any, ...]]:
+    """Run a query; its rows as the database driver gives them. With ``params`` None the
+    text is sent as it is (a ``%`` in it is not a placeholder)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def fetch(sql: str, params: Sequence[Any], of: Sequence[AnyField]) -> list[list[Any]]:
+    """Run a query whose columns are ``of``, in that order; its rows, converted."""
+    return [converted(row, of) for row in rows(sql, params)]
+
+
+def locking(query: str) -> str:
+    """The query locking the rows it reads until the transaction ends: ``FOR UPDATE`` where
+    the database has it. SQLite has none, and needs none: its ``IMMEDIATE`` transactions
+    hold the whole database's write lock (settings)."""
+    return query + " FOR UPDATE" if connection.features.has_select_for_update else query
+
+
+def execute(sql: str, params: Sequence[Any]) -> int:
+    """Run a statement that returns no rows; how many rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def prepared(field: AnyField, value: Any) -> Any:
+    """A value as the ORM would send it to the database for this field."""
+    return field.get_db_prep_save(value, connection)
+
+
+def instance(model: type[Model], of: Sequence[AnyField], values: Sequence[Any]) -> Any:
+    """A model instance from converted values of all its concrete fields, as if loaded."""
+    return model.from_db(connection.alias, [field.attname for field in of], values)
+
+
+@cache
+def _insert_statement(model: type[Model]) -> tuple[tuple[AnyField, ...], str, str]:
+    stored = tuple(
+        field
+        for field in model._meta.concrete_fields
+        if not (field.primary_key and field.get_internal_type().endswith("AutoField"))
+    )
+    # Names from the model's own metadata, values as parameters: nothing here comes in.
+    statement = f"INSERT INTO {table(model)} ({columns(stored)}) VALUES "
+    return stored, statement, "(" + ", ".join(["%s"] * len(stored)) + ")"
+
+
+def insert(new: Sequence[Model]) -> None:
+    """INSERT new instances of one model, each with every concrete field but an automatic
+    primary key, as ``Model.save()`` would store them (``auto_now_add`` included). Their
+    automatic primary keys are not read back: only models whose rows nobody refers to by
+    that key right after are inserted this way."""
+    if not new:
+        return
+    stored, statement, one_row = _insert_statement(type(new[0]))
+    values: list[Any] = []
+    for row in new:
+        values.extend(prepared(field, field.pre_save(row, True)) for field in stored)
+        row._state.adding = False
+        row._state.db = connection.alias
+    execute(statement + ", ".join([one_row] * len(new)), values)
+
+
+def update(row: Model, *names: str) -> None:
+    """UPDATE the named fields of a stored instance, as ``save(update_fields=names)``
+    would store them (``auto_now`` included)."""
+    model = type(row)
+    changed = fields(model, *names)
+    values = [prepared(field, field.pre_save(row, False)) for field in changed]
+    pk = model._meta.pk
+    assert pk is not None
+    assignments = ", ".join(f"{quoted(field.column)} = %s" for field in changed)
+    # Names from the model's own metadata, values as parameters: nothing here comes in.
+    statement = f"UPDATE {table(model)} SET {assignments} WHERE {quoted(pk.column)} = %s"
+    execute(statement, [*values, prepared(pk, row.pk)])

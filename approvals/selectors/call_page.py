@@ -1,0 +1,131 @@
+"""The call page's view model: one call as one person sees it (docs/ui.md)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+import capcore
+from approvals import jsontext
+from approvals.models import Approval, AuditEntry, Call, Gate
+from approvals.selectors.calls import call_findings
+from approvals.selectors.caps import CapLine, call_amounts, cap_assessments, cap_line
+from approvals.selectors.deciders import decidable_call_ids, required_approvals
+from approvals.selectors.ledgers import keys_spent
+from approvals.selectors.rules import stored_rules
+from capcore.permissions import held_by_mode_only
+
+
+@dataclass(frozen=True, slots=True)
+class GateProgress:
+    name: str
+    group: str
+    approvals: int
+    required: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallPage:
+    """What the call page shows one person: the call, its arguments for people, its caps,
+    its gates and approvals, their own decision if any, and the call's audit trail."""
+
+    call: Call
+    arguments_pretty: str
+    arguments_readable: bool
+    audit: list[AuditEntry]
+    amounts: tuple[capcore.Limit, ...]
+    caps: tuple[CapLine, ...]
+    gates: tuple[GateProgress, ...]
+    approvals: tuple[Approval, ...]
+    required: int
+    may_decide: bool
+    my_decision: Approval | None
+    scope_choice: bool
+    now: datetime
+
+    @property
+    def pending(self) -> bool:
+        return self.call.status == Call.Status.PENDING
+
+    @property
+    def approved_count(self) -> int:
+        return sum(1 for approval in self.approvals if approval.approve)
+
+    @property
+    def show_form(self) -> bool:
+        return self.pending and self.may_decide and self.my_decision is None
+
+    @property
+    def may_extend(self) -> bool:
+        return self.pending and self.may_decide and not self.call.extended
+
+
+def _spent(
+    assessments: tuple[capcore.CapAssessment, ...], *, now: datetime
+) -> dict[capcore.LedgerKey, int]:
+    """The spent totals of the ledgers of the ``sum`` rules that could read the call."""
+    windows = {
+        a.ledger: a.rule.window
+        for a in assessments
+        if a.ledger is not None and a.amount is not None and a.limit is not None
+    }
+    return keys_spent(windows=windows, now=now)
+
+
+def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) -> CallPage | None:
+    call = (
+        Call.objects.select_related("agent", "decided_by")
+        .prefetch_related("approvals__user")
+        .filter(pk=call_id)
+        .first()
+    )
+    if call is None:
+        return None
+    now = now or timezone.now()
+    try:
+        pretty, readable = jsontext.pretty(capcore.parse_arguments(call.arguments)), True
+    except capcore.ArgsNotStrict:
+        # Shown as received (escaped by the template), and marked as not strict JSON.
+        pretty, readable = call.arguments, False
+    audit = list(
+        AuditEntry.objects.filter(object_type="call", object_id=str(call.pk))
+        .select_related("user", "agent")
+        .order_by("at", "pk")
+    )
+    assessments = cap_assessments(call, stored_rules())
+    spent = _spent(assessments, now=now) if call.status == Call.Status.PENDING else None
+    gates = {
+        gate.name: gate for gate in Gate.objects.filter(name__in=call.gates).select_related("group")
+    }
+    required = {name: gate.required_approvals for name, gate in gates.items()}
+    approvals = tuple(sorted(call.approvals.all(), key=lambda a: (a.created_at, a.pk)))
+    approved = sum(1 for approval in approvals if approval.approve)
+    progress = tuple(
+        GateProgress(
+            name=name,
+            group=gate.group.name if gate is not None and gate.group is not None else "",
+            approvals=approved,
+            required=required_approvals([name], required),
+        )
+        for name in call.gates
+        for gate in [gates.get(name)]
+    )
+    return CallPage(
+        call=call,
+        arguments_pretty=pretty,
+        arguments_readable=readable,
+        audit=audit,
+        amounts=call_amounts(assessments),
+        caps=tuple(cap_line(a, spent=spent) for a in assessments),
+        gates=progress,
+        approvals=approvals,
+        required=required_approvals(call.gates, required),
+        may_decide=call.pk in decidable_call_ids(user=user, calls=[call]),
+        my_decision=next((a for a in approvals if a.user_id == user.pk), None),
+        scope_choice=held_by_mode_only(call_findings(call)),
+        now=now,
+    )

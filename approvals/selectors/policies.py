@@ -1,0 +1,111 @@
+"""The policy an agent's calls are judged by, kept per process under the policy stamp.
+
+Reading the rules, permission rules, tool classes and budget is a quarter of a submission's
+work, and they change rarely. A process keeps each agent's policy under the stamp it read
+just before the policy (``PolicyStamp``, renewed by database triggers on every change to
+those tables), and reads the stamp again in every submission's transaction. A change
+committed before that read is always seen; one committed after it is ordered after this
+call. When the stamp cannot vouch for the cache — no stamp row, a trigger missing or
+disabled, a database other than SQLite or PostgreSQL — the policy is read afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import F, Q
+
+import capcore
+from approvals.models import Agent, Budget, CapRule, PermissionRule, ToolClass
+from approvals.queries.policy_stamps import policy_stamp_read
+from approvals.selectors.rules import stored_rule
+
+CACHED_AGENTS = 1024  # per process; past that the cache starts again
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPolicy:
+    cap_rules: tuple[capcore.Rule, ...]
+    cap_rules_unreadable: bool
+    windows: dict[str, capcore.Window | None]  # by casefolded rule name
+    permission_rules: tuple[capcore.PermissionRule, ...]
+    tool_class_pins: tuple[capcore.ToolClassPin, ...]
+    budget: capcore.Budget | None
+
+
+# The stamp and the policies read under it. Replaced whole when the stamp moves on, so a
+# thread that read an older stamp only ever writes into that stamp's dict.
+_cached: tuple[int | None, dict[int, AgentPolicy]] = (None, {})
+
+
+def policy_for_agent(*, agent: Agent) -> AgentPolicy:
+    """Everything the verdict on this agent's next call depends on besides its mode and
+    counters. Call it inside the transaction that evaluates the call."""
+    global _cached
+    stamp = policy_stamp_read()  # first: whatever is read after it is at least this new
+    if stamp is None:
+        return _policy_read(agent)
+    cached_stamp, policies = _cached
+    if cached_stamp != stamp:
+        policies = {}
+        _cached = (stamp, policies)
+    policy = policies.get(agent.pk)
+    if policy is None:
+        policy = _policy_read(agent)
+        if len(policies) >= CACHED_AGENTS:
+            policies.clear()
+        policies[agent.pk] = policy
+    return policy
+
+
+def _policy_read(agent: Agent) -> AgentPolicy:
+    parsed = [
+        stored_rule(line)
+        for line in CapRule.objects.filter(enabled=True).values_list("line", flat=True)
+    ]
+    rules = tuple(rule for rule in parsed if rule is not None)
+    permission_rules = tuple(
+        capcore.PermissionRule(
+            id=row.pk,
+            pattern=row.pattern,
+            decision=capcore.Decision(row.decision),
+            run_id=row.run_id,
+            expires_at=row.expires_at,
+        )
+        for row in PermissionRule.objects.filter(Q(agent=agent) | Q(agent__isnull=True)).order_by(
+            "pk"
+        )
+    )
+    pins = tuple(
+        capcore.ToolClassPin(pattern, capcore.ToolClass(tool_class))
+        for pattern, tool_class in ToolClass.objects.values_list("pattern", "tool_class")
+    )
+    # The agent's own budget, else the default (NULL agent sorts last).
+    budget = (
+        Budget.objects.filter(Q(agent=agent) | Q(agent__isnull=True))
+        .order_by(F("agent").asc(nulls_last=True), "pk")
+        .first()
+    )
+    return AgentPolicy(
+        cap_rules=rules,
+        cap_rules_unreadable=len(rules) != len(parsed),
+        windows={rule.name.casefold(): rule.window for rule in rules},
+        permission_rules=permission_rules,
+        tool_class_pins=pins,
+        budget=_budget(budget),
+    )
+
+
+def _budget(row: Budget | None) -> capcore.Budget | None:
+    if row is None:
+        return None
+    action = capcore.Action(capcore.ActionKind(row.action), row.gate)
+    return capcore.Budget(
+        max_calls=row.max_calls,
+        max_tokens=row.max_tokens,
+        max_cost=row.max_cost,
+        cost_currency=row.cost_currency or None,
+        max_duration=row.max_duration,
+        scope=capcore.BudgetScope(row.scope),
+        action=action,
+    )

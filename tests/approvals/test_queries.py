@@ -1,0 +1,91 @@
+"""approvals/queries/: the one home of written-out SQL, every name in it the models' own."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+from django.apps import apps
+from django.core.exceptions import FieldDoesNotExist
+
+import approvals.queries
+from approvals.models import Ledger
+from approvals.queries import sql
+
+ROOT = Path(__file__).resolve().parents[2]
+QUOTED = re.compile(r'"((?:[^"]|"")+)"')
+# A statement's words, in capitals as this project writes SQL (prose never reads so).
+SQL_TEXT = re.compile(r"\b(SELECT\b[^\n]*\bFROM|INSERT INTO|UPDATE \S+ SET|DELETE FROM)\b")
+
+
+def _statements() -> list[tuple[str, str]]:
+    found = []
+    for info in pkgutil.iter_modules(approvals.queries.__path__):
+        module = importlib.import_module(f"approvals.queries.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, str) and SQL_TEXT.search(value):
+                found.append((f"{info.name}.{name}", value))
+            elif isinstance(value, dict):
+                found += [
+                    (f"{info.name}.{name}", text) for text in value.values() if isinstance(text, str)
+                ]
+    return found
+
+
+def _known_names() -> set[str]:
+    names = set()
+    for model in apps.get_models(include_auto_created=True):
+        names.add(model._meta.db_table)
+        names.update(field.column for field in model._meta.concrete_fields)
+    return names
+
+
+def test_the_queries_hold_statements() -> None:
+    assert len(_statements()) >= 15
+
+
+def test_every_quoted_name_in_every_statement_is_a_table_or_column_of_a_model() -> None:
+    known = _known_names()
+    for where, text in _statements():
+        for name in QUOTED.findall(text):
+            assert name.replace('""', '"') in known, f"{where}: {name!r} is no model's"
+
+
+def test_a_name_that_is_not_a_field_is_refused_when_the_statement_is_built() -> None:
+    assert sql.statement("SELECT {L.rule} FROM {L}", L=Ledger) == (
+        'SELECT "rule" FROM "approvals_ledger"'
+    )
+    with pytest.raises(FieldDoesNotExist):
+        sql.statement("SELECT {L.no_such_column} FROM {L}", L=Ledger)
+
+
+def _python_files_outside_queries() -> list[Path]:
+    files = []
+    for folder in ("approvals", "config", "capcore", "countersign"):
+        for path in (ROOT / folder).rglob("*.py"):
+            relative = path.relative_to(ROOT).as_posix()
+            # Migrations keep the SQL they were written with: history, not code that runs.
+            if relative.startswith(("approvals/queries/", "approvals/migrations/")):
+                continue
+            files.append(path)
+    return files
+
+
+def test_no_sql_is_written_out_anywhere_else() -> None:
+    offenders = [
+        path.relative_to(ROOT).as_posix()
+        for path in _python_files_outside_queries()
+        if SQL_TEXT.search(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_sql_finder_finds_sql() -> None:
+    """The test above cannot pass by finding nothing."""
+    assert SQL_TEXT.search('_READ = "SELECT id, rule FROM approvals_ledger WHERE id = %s"')
+    assert SQL_TEXT.search("INSERT INTO approvals_runcost (counter_id) VALUES (%s)")
+    assert SQL_TEXT.search("UPDATE approvals_call SET status = %s")
+    assert not SQL_TEXT.search("Select the calls from the queue; update the page and set it.")

@@ -1,0 +1,119 @@
+"""The body limit answers ``refuse`` for a body over ``COUNTERSIGN_MAX_BODY`` without the app
+seeing it: at once from ``Content-Length``, else at the chunk that passes the limit; a body
+within it reaches the app whole. (The agent API's ``413`` through the whole application is in
+tests/approvals/test_api.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from config.runtime.asgi_types import Message, Receive, Scope, Send
+from config.runtime.body_limit import BodyLimit
+from tests.asgi import PROMPTLY
+
+pytestmark = pytest.mark.asyncio
+
+LIMIT = 1024
+
+
+class Served:
+    """The app behind the limit: records the body it read, answers 200."""
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        self.body = body
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def refuse(send: Send) -> None:
+    await send({"type": "http.response.start", "status": 413, "headers": []})
+    await send({"type": "http.response.body", "body": b"too large"})
+
+
+@pytest.fixture(autouse=True)
+def limit(settings: Any) -> None:
+    settings.COUNTERSIGN_MAX_BODY = LIMIT
+
+
+async def _drive(
+    chunks: list[bytes], content_length: bytes | None = None
+) -> tuple[int, Served, int]:
+    """The status, the app, and how many body messages were read; ``receive`` waits for
+    ever after the last chunk (the client stays connected)."""
+    app = Served()
+    headers = [] if content_length is None else [(b"content-length", content_length)]
+    messages: list[Message] = [
+        {"type": "http.request", "body": chunk, "more_body": index < len(chunks) - 1}
+        for index, chunk in enumerate(chunks)
+    ]
+    read = 0
+    sent: list[Mapping[str, Any]] = []
+
+    async def receive() -> Message:
+        nonlocal read
+        if messages:
+            read += 1
+            return messages.pop(0)
+        await asyncio.Event().wait()  # never set: no disconnect
+        raise AssertionError("unreachable")
+
+    async def send(message: Mapping[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/", "headers": headers}
+    await asyncio.wait_for(BodyLimit(app, refuse=refuse)(scope, receive, send), PROMPTLY)
+    return sent[0]["status"], app, read
+
+
+@pytest.mark.parametrize("declared", [b"1025", b"1000000000", b"-1", b"12x"])
+async def test_a_declared_length_over_the_limit_or_malformed_is_refused_unread(
+    declared: bytes,
+) -> None:
+    status, app, read = await _drive([b"x" * 10], declared)
+    assert (status, app.body, read) == (413, None, 0)
+
+
+async def test_a_body_over_the_limit_is_refused_at_the_chunk_that_passes_it() -> None:
+    status, app, read = await _drive([b"x" * 400] * 5)
+    assert (status, app.body, read) == (413, None, 3)
+
+
+async def test_a_content_length_that_lies_low_does_not_help() -> None:
+    status, app, _ = await _drive([b"x" * (LIMIT + 1)], b"10")
+    assert (status, app.body) == (413, None)
+
+
+async def test_a_body_at_the_limit_reaches_the_app_whole() -> None:
+    body = bytes(range(256)) * (LIMIT // 256)
+    chunks = [body[i : i + 100] for i in range(0, len(body), 100)]
+    status, app, read = await _drive(chunks, str(LIMIT).encode())
+    assert (status, app.body, read) == (200, body, len(chunks))
+
+
+async def test_a_websocket_passes_untouched() -> None:
+    seen: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope["type"])
+
+    async def receive() -> Message:
+        raise AssertionError("the limit read from a socket")
+
+    async def send(message: Mapping[str, Any]) -> None:
+        raise AssertionError("the limit answered a socket")
+
+    await BodyLimit(app, refuse=refuse)({"type": "websocket"}, receive, send)
+    assert seen == ["websocket"]

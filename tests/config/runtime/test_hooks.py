@@ -1,0 +1,134 @@
+"""Early warnings: each private or undocumented thing config/runtime/ relies on is still
+there with the shape it uses (config/runtime/README.md lists them, with the versions they
+were checked against). After an upgrade, a failure here names what to look at before the
+pieces' own tests fail in stranger ways."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction
+from channels.layers import InMemoryChannelLayer
+from channels_redis.core import RedisChannelLayer, RedisLoopLayer
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.base import BaseHandler
+from django.db import connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.sqlite3 import base as sqlite
+from redis.asyncio import BlockingConnectionPool
+
+from config.runtime.pooled_handler import PooledThreadASGIHandler
+
+
+def _parameters(function: Callable[..., Any]) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def _calls(function: Callable[..., Any], call: str) -> bool:
+    return call in inspect.getsource(function)
+
+
+# --- pooled_handler ---------------------------------------------------------------------------
+
+
+def test_the_handler_builds_its_chain_in_load_middleware_from_init() -> None:
+    """``load_middleware(is_async=...)``, called by ``ASGIHandler.__init__`` with
+    ``is_async=True``: the override builds the synchronous chain instead."""
+    assert _parameters(BaseHandler.load_middleware) == ["self", "is_async"]
+    assert inspect.signature(BaseHandler.load_middleware).parameters["is_async"].default is False
+    assert _calls(ASGIHandler.__init__, "self.load_middleware(is_async=True)")
+    assert iscoroutinefunction(ASGIHandler()._middleware_chain)
+    assert not iscoroutinefunction(PooledThreadASGIHandler(threads=1)._middleware_chain)
+
+
+def test_the_handler_asks_get_response_async_for_each_response() -> None:
+    """``get_response_async(request)``, awaited by ``handle`` (``run_get_response``); the
+    override runs the synchronous ``get_response(request)`` on the request's thread."""
+    assert iscoroutinefunction(ASGIHandler.get_response_async)
+    assert _parameters(ASGIHandler.get_response_async) == ["self", "request"]
+    assert _parameters(BaseHandler.get_response) == ["self", "request"]
+    assert _calls(ASGIHandler.run_get_response, "await self.get_response_async(request)")
+
+
+def test_the_handlers_call_is_a_thread_sensitive_context_around_handle() -> None:
+    """``__call__(scope, receive, send)`` only wraps ``handle`` in a
+    ``ThreadSensitiveContext``; the override gives that context an executor of its own."""
+    assert iscoroutinefunction(ASGIHandler.__call__)
+    assert _parameters(ASGIHandler.__call__) == ["self", "scope", "receive", "send"]
+    assert iscoroutinefunction(ASGIHandler.handle)
+    assert _parameters(ASGIHandler.handle) == ["self", "scope", "receive", "send"]
+    assert _calls(ASGIHandler.__call__, "await self.handle(scope, receive, send)")
+    executor = inspect.signature(ThreadSensitiveContext).parameters["executor"]
+    assert executor.kind is inspect.Parameter.KEYWORD_ONLY
+
+
+# --- sqlite_pooled ----------------------------------------------------------------------------
+
+
+def test_closing_a_connection_goes_through_close_underscore() -> None:
+    """``_close()``, the one place ``close()`` lets go of the DB-API connection; and the
+    backend's ``get_new_connection(conn_params)`` opens one with ``check_same_thread`` off,
+    so a connection may pass from thread to thread."""
+    assert _parameters(BaseDatabaseWrapper._close) == ["self"]
+    assert _calls(BaseDatabaseWrapper.close, "self._close()")
+    assert _calls(sqlite.DatabaseWrapper.close, "BaseDatabaseWrapper.close(self)")
+    assert _parameters(sqlite.DatabaseWrapper.get_new_connection) == ["self", "conn_params"]
+    params = sqlite.DatabaseWrapper({**connection.settings_dict}).get_connection_params()
+    assert params["check_same_thread"] is False
+
+
+# --- memory_layer -----------------------------------------------------------------------------
+
+
+def test_the_in_memory_layer_cleans_up_in_clean_expired_on_group_send_and_receive() -> None:
+    assert _parameters(InMemoryChannelLayer._clean_expired) == ["self"]  # type: ignore[attr-defined]
+    assert _calls(InMemoryChannelLayer.group_send, "self._clean_expired()")
+    assert _calls(InMemoryChannelLayer.receive, "self._clean_expired()")
+
+
+# --- redis_layer ------------------------------------------------------------------------------
+
+
+def test_the_redis_layer_makes_each_pool_in_create_pool_from_its_hosts() -> None:
+    """``create_pool(index)``, called for each host and event loop, and ``hosts`` as keyword
+    dictionaries; redis-py's blocking pool takes ``timeout`` and ``max_connections``."""
+    assert _parameters(RedisChannelLayer.create_pool) == ["self", "index"]
+    assert _calls(RedisLoopLayer.get_connection, "self.channel_layer.create_pool(index)")
+    layer = RedisChannelLayer(hosts=[{"address": "redis://127.0.0.1:1/0", "max_connections": 4}])
+    assert layer.hosts == [{"address": "redis://127.0.0.1:1/0", "max_connections": 4}]
+    assert {"timeout", "max_connections"} <= set(_parameters(BlockingConnectionPool.__init__))
+
+
+# --- push_loop --------------------------------------------------------------------------------
+
+
+def test_channels_redis_keeps_a_connection_per_event_loop() -> None:
+    """Undocumented, and the reason for the push loop: a new loop means a new pool."""
+    layer = RedisChannelLayer(hosts=["redis://127.0.0.1:1/0"])  # never connected to
+
+    async def current() -> object:
+        return layer.connection(0)
+
+    one, other = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first = one.run_until_complete(current())
+        assert one.run_until_complete(current()) is first
+        assert other.run_until_complete(current()) is not first
+    finally:
+        one.close()
+        other.close()
+
+
+# --- sqlite_writers ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_says_whether_it_is_inside_atomic() -> None:
+    """``in_atomic_block``, undocumented: an inner write transaction takes no turn."""
+    assert connection.in_atomic_block is False
+    with transaction.atomic():
+        assert connection.in_atomic_block is True

@@ -1,0 +1,121 @@
+"""Requests' synchronous code runs on a fixed number of reused threads, one request at a
+time each: no thread is started per request, and a request that finds them all busy waits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+import pytest
+from asgiref.sync import SyncToAsync
+
+from config.runtime.pooled_handler import ExecutorPool, PooledThreadASGIHandler
+from tests.asgi import PROMPTLY, asgi_response
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.urls("tests.config.runtime.pooled_handler_urls")]
+HOST = [(b"host", b"localhost")]
+
+
+async def _threads_of(
+    handler: PooledThreadASGIHandler, count: int, sleep: float
+) -> list[dict[str, int]]:
+    answers = await asyncio.gather(
+        *(
+            asgi_response(handler, "GET", f"/thread?sleep={sleep}", headers=HOST)
+            for _ in range(count)
+        )
+    )
+    assert {answer["status"] for answer in answers} == {200}
+    return [json.loads(answer["body"]) for answer in answers]
+
+
+async def test_concurrent_requests_share_the_pools_threads_and_none_is_started_per_request() -> (
+    None
+):
+    handler = PooledThreadASGIHandler(threads=3)
+    await _threads_of(handler, 3, 0.05)  # the pool's threads start on first use
+    before = threading.active_count()
+    first = await _threads_of(handler, 12, 0.05)
+    second = await _threads_of(handler, 12, 0.0)
+    assert threading.active_count() == before
+    used = {answer["first"] for answer in first + second}
+    assert len(used) <= 3
+    # Each request's synchronous code ran on one thread from start to end.
+    assert all(answer["first"] == answer["last"] for answer in first + second)
+
+
+async def test_a_request_crosses_to_its_thread_once_for_the_whole_middleware_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Django's asynchronous chain crosses to a thread and back for each hook of each of its
+    middleware (about a dozen times a request); the synchronous chain runs whole on the
+    request's thread. Besides it: the request_started receivers and the response's close."""
+    handler = PooledThreadASGIHandler(threads=1)
+    await _threads_of(handler, 1, 0.0)
+    crossings = 0
+    cross = SyncToAsync.__call__
+
+    async def counted(self: SyncToAsync[Any, Any], *args: Any, **kwargs: Any) -> Any:
+        nonlocal crossings
+        crossings += 1
+        return await cross(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", counted)
+    await _threads_of(handler, 1, 0.0)
+    assert crossings == 3
+
+
+async def test_an_asynchronous_view_runs_on_the_event_loop_after_the_middleware() -> None:
+    handler = PooledThreadASGIHandler(threads=1)
+    answer = await asgi_response(handler, "GET", "/async", headers=HOST)
+    assert answer["status"] == 200
+    # On this test's loop, and the authentication middleware ran before it.
+    assert json.loads(answer["body"]) == {"thread": threading.get_ident(), "user": True}
+
+
+async def test_a_request_waits_while_every_thread_is_busy() -> None:
+    handler = PooledThreadASGIHandler(threads=1)
+    slow = asyncio.ensure_future(asgi_response(handler, "GET", "/thread?sleep=0.5", headers=HOST))
+    await asyncio.sleep(0.1)
+    quick = asyncio.ensure_future(asgi_response(handler, "GET", "/thread", headers=HOST))
+    await asyncio.sleep(0.2)
+    assert not quick.done()  # the one thread is still the slow request's
+    slow_answer, quick_answer = await asyncio.wait_for(asyncio.gather(slow, quick), PROMPTLY)
+    assert json.loads(slow_answer["body"])["first"] == json.loads(quick_answer["body"])["first"]
+
+
+async def test_the_pool_lends_each_executor_to_one_borrower_at_a_time() -> None:
+    pool = ExecutorPool(2)
+    first, second = await pool.borrow(), await pool.borrow()
+    assert first is not second
+    third = asyncio.ensure_future(pool.borrow())
+    await asyncio.sleep(0.01)
+    assert not third.done()
+    pool.give_back(second)
+    assert await asyncio.wait_for(third, PROMPTLY) is second
+
+
+async def test_a_cancelled_borrower_loses_no_executor() -> None:
+    pool = ExecutorPool(1)
+    held = await pool.borrow()
+    gave_up = asyncio.ensure_future(pool.borrow())
+    waiting = asyncio.ensure_future(pool.borrow())
+    await asyncio.sleep(0.01)
+    gave_up.cancel()
+    pool.give_back(held)  # skips the cancelled borrower
+    assert await asyncio.wait_for(waiting, PROMPTLY) is held
+
+
+async def test_an_executor_handed_to_a_borrower_cancelled_at_that_moment_is_passed_on() -> None:
+    pool = ExecutorPool(1)
+    held = await pool.borrow()
+    unlucky = asyncio.ensure_future(pool.borrow())
+    next_in_line = asyncio.ensure_future(pool.borrow())
+    await asyncio.sleep(0.01)
+    pool.give_back(held)  # handed to ``unlucky``, which is cancelled before it resumes
+    unlucky.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await unlucky
+    assert await asyncio.wait_for(next_in_line, PROMPTLY) is held
