@@ -1,8 +1,8 @@
 """Which agent is calling: one reading of the bearer token for the API, the long-poll and the
 agent sockets (docs/api.md, "Authentication").
 
-The rule: exactly one ``Authorization`` header, of the scheme ``Bearer`` (in any case), with
-a non-empty token, of an unrevoked token of an active agent. Two headers are refused even
+The rule: exactly one ``Authorization`` header, of the scheme ``Bearer`` (in any case), whose
+token is not empty, not revoked, and an active agent's. Two headers are refused even
 when they agree: which one counts would be up to whichever layer read them. Django joins
 repeated headers with a comma in ``request.headers``, so the headers are read from the ASGI
 scope as they arrived.
@@ -10,8 +10,7 @@ scope as they arrived.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from django.http import HttpRequest
 
@@ -20,9 +19,8 @@ from approvals.models import Agent
 from approvals.services.agents import agent_authenticate
 
 
-def scope_authorization(scope: Mapping[str, Any]) -> list[str]:
-    """Every ``Authorization`` header of an ASGI scope, in the order received."""
-    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", [])
+def authorization_values(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
+    """Every ``Authorization`` header among an ASGI scope's, in the order received."""
     return [
         bytes(value).decode("latin-1")
         for name, value in headers
@@ -35,7 +33,7 @@ def request_authorization(request: HttpRequest) -> list[str]:
     client) keeps only one value per name: that one."""
     scope = getattr(request, "scope", None)
     if scope is not None:
-        return scope_authorization(scope)
+        return authorization_values(scope["headers"])
     value = request.META.get("HTTP_AUTHORIZATION")
     return [] if value is None else [value]
 

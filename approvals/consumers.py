@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib import import_module
 from typing import Any
@@ -26,7 +27,7 @@ from django.contrib.auth.models import User
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from approvals.agent_auth import bearer_agent, scope_authorization
+from approvals.agent_auth import authorization_values, bearer_agent
 from approvals.errors import ApiError
 from approvals.models import Agent, Call
 from approvals.notify import QUEUE_GROUP, agent_group, call_group
@@ -77,8 +78,8 @@ def parse_since(query_string: bytes) -> datetime | None:
 
 
 @database_sync_to_async
-def _agent_of(scope: dict[str, Any]) -> Agent:
-    return bearer_agent(authorization=scope_authorization(scope))
+def _agent_of(headers: Iterable[tuple[bytes, bytes]]) -> Agent:
+    return bearer_agent(authorization=authorization_values(headers))
 
 
 @database_sync_to_async
@@ -97,7 +98,7 @@ def _agent_states(agent: Agent, since: datetime | None) -> list[State]:
     """The agent's calls changed since ``since`` (default: its pending ones), oldest first."""
     calls = Call.objects.filter(agent=agent).select_related("decided_by")
     if since is None:
-        calls = calls.filter(status="pending").order_by("created_at", "pk")
+        calls = calls.filter(status=Call.Status.PENDING).order_by("created_at", "pk")
     else:
         calls = calls.filter(updated_at__gte=since).order_by("updated_at", "created_at", "pk")
     return [call_state(call) for call in calls.prefetch_related("approvals__user")]
@@ -110,7 +111,7 @@ class _AgentConsumer(AsyncJsonWebsocketConsumer):
         """The socket's active agent; otherwise the (accepted) socket is closed with
         ``4401`` (no valid token) or ``4403`` (disabled agent) and this is None."""
         try:
-            return await _agent_of(self.scope)
+            return await _agent_of(self.scope["headers"])
         except ApiError as error:
             await self.close(code=error.close_code)
             return None
@@ -390,7 +391,7 @@ class CallPageConsumer(_PageConsumer):
     """``/ws/v1/queue/calls/<id>``: the call page's live parts, on every (re)connect and
     after every change to this call or to any ledger (an allowed or approved call)."""
 
-    LEDGER_CHANGES = frozenset({"allowed", "approved"})
+    LEDGER_CHANGES = frozenset({Call.Status.ALLOWED, Call.Status.APPROVED})
 
     def _concerns(self, state: State) -> bool:
         return (

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 from django import forms
 
-from approvals.models import Agent, Call
-from approvals.selectors.history import HistoryFilters
-
-# Decided by someone (or the clock) first, then by the policy alone.
-HISTORY_STATUSES = tuple(
-    status
-    for group in (Call.Status.DECIDED, Call.Status.NEVER_HELD)
-    for status in Call.Status
-    if status in group
-)
+from approvals.models import Agent
+from approvals.selectors.history import HISTORY_STATUSES, HistoryFilters
 
 
 class HistoryFilterForm(forms.Form):

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from approvals.agent_auth import bearer_agent, scope_authorization
+from approvals.agent_auth import authorization_values, bearer_agent
 from approvals.errors import (
     BAD_QUERY,
     METHOD_NOT_ALLOWED,
@@ -54,7 +54,7 @@ def default_wait() -> int:
 
 def _read_agent(scope: Scope) -> Agent:
     try:
-        return bearer_agent(authorization=scope_authorization(scope))
+        return bearer_agent(authorization=authorization_values(scope.get("headers", [])))
     finally:
         close_old_connections()
 

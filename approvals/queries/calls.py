@@ -25,7 +25,7 @@ def call_read_locked(call_id: uuid.UUID) -> Call | None:
     """The call, its row locked until the transaction ends; None when there is none."""
     of = sql.fields(Call)
     found = sql.fetch(sql.locking(_READ.format(columns=sql.columns(of))), [call_key(call_id)], of)
-    return sql.instance(Call, of, found[0]) if found else None  # type: ignore[no-any-return]
+    return sql.instance(Call, of, found[0]) if found else None
 
 
 class HeldAtAny(Func):

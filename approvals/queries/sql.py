@@ -23,7 +23,10 @@ from collections.abc import Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.core.exceptions import FieldDoesNotExist
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.models import ForeignObjectRel
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -53,7 +56,11 @@ class Names:
         return table(self.model)
 
     def __getattr__(self, name: str) -> str:
-        return quoted(self.model._meta.get_field(name).column)  # type: ignore[union-attr]
+        field = self.model._meta.get_field(name)
+        # A reverse relation or a generic key has no column of its own to name.
+        if isinstance(field, ForeignObjectRel | GenericForeignKey) or field.column is None:
+            raise FieldDoesNotExist(f"{self.model.__name__}.{name} is not a column")
+        return quoted(field.column)
 
 
 def statement(text: str, **models: type[Model]) -> str:

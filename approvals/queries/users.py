@@ -46,4 +46,4 @@ def user_permissions(*, user_id: Any, superuser: bool) -> set[str]:
 def user_read(user_id: Any) -> User | None:
     of = sql.fields(User)
     found = sql.fetch(_PERSON.format(columns=sql.columns(of)), [user_id], of)
-    return sql.instance(User, of, found[0]) if found else None  # type: ignore[no-any-return]
+    return sql.instance(User, of, found[0]) if found else None

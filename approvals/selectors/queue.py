@@ -78,7 +78,7 @@ def queue_for_user(*, user: User, now: datetime | None = None) -> Queue:
     to_decide = decidable_filter(user=user, closed=closed) & ~Q(decided)
     calls = Call.objects.filter(status=Call.Status.PENDING)
     # Counted apart from the rows: a change in between is pushed, and the page rendered again.
-    counts = calls.aggregate(pending=Count("pk"), mine=Count("pk", filter=to_decide))
+    counts = calls.aggregate(held=Count("pk"), mine=Count("pk", filter=to_decide))
     approved = (
         Approval.objects.filter(call=OuterRef("pk"), approve=True)
         .order_by()
@@ -95,7 +95,7 @@ def queue_for_user(*, user: User, now: datetime | None = None) -> Queue:
     mine = list(shown.filter(to_decide)[:QUEUE_SECTION_LIMIT]) if counts["mine"] else []
     others = (
         list(shown.filter(~to_decide)[:QUEUE_SECTION_LIMIT])
-        if counts["pending"] > counts["mine"]
+        if counts["held"] > counts["mine"]
         else []
     )
     stored = stored_rules() if mine or others else []
@@ -115,6 +115,6 @@ def queue_for_user(*, user: User, now: datetime | None = None) -> Queue:
         mine=tuple(row(call, may_decide=True) for call in mine),
         others=tuple(row(call, may_decide=False) for call in others),
         mine_count=counts["mine"],
-        others_count=counts["pending"] - counts["mine"],
+        others_count=counts["held"] - counts["mine"],
         now=now or timezone.now(),
     )

@@ -14,6 +14,8 @@ from django.db.models import Model
 from django.test import Client
 from django.urls import reverse
 
+import capcore
+from approvals.admin import BAD_GATE_NAME, GateForm
 from approvals.models import (
     Agent,
     AgentToken,
@@ -29,8 +31,8 @@ from approvals.models import (
 )
 from approvals.services.agents import agent_authenticate, agent_token_issue
 from approvals.services.audit import audit_object_type
-from approvals.services.calls import Submission, call_submit
 from approvals.services.rules import cap_rule_save
+from tests.factories import agent_make, agent_with_token, call_make, payment
 
 pytestmark = pytest.mark.django_db
 
@@ -59,16 +61,9 @@ def some_of_everything(db: None) -> None:
     cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate finance")
     cap_rule_save(line="daily: pay arg=amount sum USD 100000 per day by principal -> gate")
     cap_rule_save(line="metal: buy arg=g max XAU 10.000 exponent=3 -> refuse")
-    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
-    agent_token_issue(agent=agent)
-    call_submit(
-        agent=agent,
-        submission=Submission(tool="pay", arguments='{"amount": "20.00"}', principal="carol"),
-    )
-    call_submit(
-        agent=agent,
-        submission=Submission(tool="pay", arguments='{"amount": "600.00"}', principal="carol"),
-    )
+    agent, _ = agent_with_token()
+    call_make(agent=agent, arguments=payment("20.00"))
+    call_make(agent=agent, arguments=payment("600.00"))
     ToolClass.objects.create(pattern="wire*", tool_class="dangerous")
     PermissionRule.objects.create(pattern="rm", decision="deny")
     Budget.objects.create(max_calls=100)
@@ -225,7 +220,7 @@ def test_export_as_rules_file(admin_client: Client) -> None:
 
 
 def test_issuing_a_token_shows_it_once_and_stores_only_its_digest(admin_client: Client) -> None:
-    agent = Agent.objects.create(name="bot", principal="carol")
+    agent = agent_make()
     response = admin_client.post(
         url(Agent, "changelist"),
         {"action": "issue_token", "_selected_action": [agent.pk]},
@@ -248,7 +243,7 @@ def test_issuing_a_token_shows_it_once_and_stores_only_its_digest(admin_client: 
 
 
 def test_revoking_tokens_in_admin(admin_client: Client) -> None:
-    agent = Agent.objects.create(name="bot", principal="carol")
+    agent = agent_make()
     token = agent_token_issue(agent=agent)
     row = AgentToken.objects.get()
     response = admin_client.post(
@@ -262,7 +257,7 @@ def test_revoking_tokens_in_admin(admin_client: Client) -> None:
 
 
 def test_revoking_all_of_an_agents_tokens(admin_client: Client) -> None:
-    agent = Agent.objects.create(name="bot", principal="carol")
+    agent = agent_make()
     tokens = [agent_token_issue(agent=agent) for _ in range(2)]
     admin_client.post(
         url(Agent, "changelist"), {"action": "revoke_tokens", "_selected_action": [agent.pk]}
@@ -299,6 +294,21 @@ def test_a_gate_name_must_follow_the_grammar(admin_client: Client) -> None:
     response = admin_client.post(url(Gate, "add"), {"name": "no spaces", "required_approvals": "1"})
     assert response.status_code == 200
     assert not Gate.objects.filter(name="no spaces").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [("ops", True), ("a.b-c_d9", True), ("9", True), ("-x", False), ("_x", False), ("é", False)],
+)
+def test_a_gate_name_is_what_a_rule_may_name(name: str, *, valid: bool) -> None:
+    form = GateForm(data={"name": name, "required_approvals": "1"})
+    assert form.is_valid() is valid
+    if valid:
+        capcore.parse_rule(f"r: pay arg=amount max USD 5 -> gate {name}")
+    else:
+        assert form.errors["name"] == [BAD_GATE_NAME]
+        with pytest.raises(capcore.RuleError):
+            capcore.parse_rule(f"r: pay arg=amount max USD 5 -> gate {name}")
 
 
 def test_the_default_gate_cannot_be_deleted(admin_client: Client) -> None:
@@ -354,17 +364,14 @@ def test_the_audit_log_cannot_be_added_changed_or_deleted(admin_client: Client) 
 
 
 def test_calls_are_read_only(admin_client: Client) -> None:
-    agent = Agent.objects.create(name="bot", principal="carol", mode="allow")
-    call, _ = call_submit(
-        agent=agent, submission=Submission(tool="pay", arguments="{}", principal="carol")
-    )
+    call = call_make(agent=agent_make(mode="allow"))
     assert admin_client.get(url(Call, "add")).status_code == 403
     assert admin_client.post(url(Call, "delete", call.pk), {"post": "yes"}).status_code == 403
     assert Call.objects.filter(pk=call.pk).exists()
 
 
 def test_messages_of_the_token_action_say_it_is_shown_once(admin_client: Client) -> None:
-    agent = Agent.objects.create(name="bot", principal="carol")
+    agent = agent_make()
     response = admin_client.post(
         url(Agent, "changelist"), {"action": "issue_token", "_selected_action": [agent.pk]}
     )

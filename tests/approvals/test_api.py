@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -36,6 +36,7 @@ from approvals.services.decisions import DEFAULT_DENY_COMMENT, call_decide
 from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT, calls_expire_due
 from approvals.services.rules import budget_save, cap_rule_save
 from tests.asgi import asgi_response
+from tests.factories import agent_with_token, token_make, user_make
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -73,15 +74,13 @@ def make_agent(
     allowed_principals: str = "",
     active: bool = True,
 ) -> Agent:
-    agent = Agent.objects.create(
+    agent, _ = agent_with_token(
+        token=token,
         name=name,
         principal=principal,
         mode=mode,
         allowed_principals=allowed_principals,
         active=active,
-    )
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:8]
     )
     return agent
 
@@ -142,9 +141,7 @@ def assert_bad_request(body: object, message: str | None = None) -> None:
 
 
 def approver(name: str) -> User:
-    user = User.objects.create_user(name, password="pw")
-    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
-    return User.objects.get(pk=user.pk)  # a fresh object: no stale permission cache
+    return user_make(username=name)
 
 
 def decide(state: dict[str, Any], user: User, *, approve: bool, comment: str = "") -> None:
@@ -216,9 +213,7 @@ def test_a_revoked_token_is_401(agent: Agent) -> None:
 def test_another_unrevoked_token_of_the_same_agent_still_works(agent: Agent) -> None:
     AgentToken.objects.filter(agent=agent).update(revoked_at=timezone.now())
     second = "cs_api-test-token-second"
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(second.encode()).hexdigest(), prefix=second[:8]
-    )
+    token_make(agent=agent, token=second)
     assert created(call_of(), client=bearer(second))["status"] == "allowed"
 
 
@@ -1277,6 +1272,20 @@ def test_the_openapi_document_states_the_limits_the_server_enforces(
     assert bearer().get("/api/v1/calls?offset=1000000000").status_code == 200
     refused = bearer().get("/api/v1/calls?offset=1000000001")
     assert refused.json()["error"]["message"] == errors.BAD_QUERY
+
+
+def test_the_documented_call_state_is_what_the_api_sends(db: None) -> None:
+    document = Client().get("/api/v1/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    state = schemas["CallStateOut"]
+    assert set(state["properties"]) == set(state["required"]) == STATE_KEYS
+    assert state["properties"]["status"]["enum"] == Call.Status.values
+    assert set(schemas["ErrorOut"]["properties"]) == {"error"}
+    # The long-poll's entry, written outside ninja, points at the same schemas.
+    wait = document["paths"]["/api/v1/calls/{call_id}/wait"]["get"]["responses"]
+    for answer in wait.values():
+        ref = answer["content"]["application/json"]["schema"]["$ref"]
+        assert ref.removeprefix("#/components/schemas/") in schemas
 
 
 def test_the_interactive_docs_render(db: None) -> None:

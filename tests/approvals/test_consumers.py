@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -11,18 +10,16 @@ from urllib.parse import urlencode
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from approvals.models import Agent, AgentToken, Call
 from approvals.selectors.calls import call_state
-from approvals.services.calls import call_submit
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import EXPIRED_COMMENT, call_extend
-from approvals.services.rules import cap_rule_save
-from approvals.services.submissions import Submission
 from config.asgi import application
 from tests.asgi import PROMPTLY
+from tests.factories import agent_with_token, call_make, payment, rule_make, user_make
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -32,26 +29,19 @@ IDLE_TOKEN = "cs_idle-token-0123456789"
 
 
 def make_agent(name: str, token: str, *, active: bool = True) -> Agent:
-    agent = Agent.objects.create(
-        name=name, principal="carol", mode="danger_full_access", active=active
-    )
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:8]
-    )
+    agent, _ = agent_with_token(token=token, name=name, active=active)
     return agent
 
 
 @pytest.fixture
 def agent(transactional_db: None) -> Agent:
-    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     return make_agent("bot", TOKEN)
 
 
 @pytest.fixture
 def approver(transactional_db: None) -> User:
-    user = User.objects.create_user("alice", password="x")
-    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
-    return User.objects.get(pk=user.pk)  # fresh: permissions are cached per instance
+    return user_make(username="alice")
 
 
 @pytest.fixture
@@ -60,17 +50,11 @@ def no_sweeper(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("approvals.consumers.ensure_sweeper_started", lambda: None)
 
 
-def _submit(agent: Agent, amount: str) -> Call:
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(tool="pay", arguments=f'{{"amount": "{amount}"}}', principal="carol"),
-    )
-    return call
-
-
 async def submit(agent: Agent, amount: str = "600.00") -> Call:
     """A held call by default (over the 500.00 cap); an allowed one under it."""
-    return await sync_to_async(_submit, thread_sensitive=True)(agent, amount)
+    return await sync_to_async(call_make, thread_sensitive=True)(
+        agent=agent, arguments=payment(amount)
+    )
 
 
 def _decide(call: Call, user: User, approve: bool, comment: str) -> Call:

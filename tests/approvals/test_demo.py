@@ -53,8 +53,8 @@ def test_demo_agent_prints_each_decision_as_it_arrives() -> None:
         call_command("demo_agent", url=server.url, deadline=6, stdout=output)
         approver.join()
     text = output.getvalue()
-    assert "submitted pay (allowed): allowed" in text
-    assert "submitted wire (refused): refused" in text
+    assert "submitted pay (under every cap): allowed" in text
+    assert "submitted wire (over the wire ceiling): refused" in text
     assert "submitted read_file (held in prompt mode): pending" in text
     assert "submitted refund (not assessable): pending" in text
     assert "pay (held for a cap) -> approved: by alice: fine for the demo" in text

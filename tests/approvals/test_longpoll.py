@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -11,45 +10,30 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import ApplicationCommunicator, HttpCommunicator
-from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
-from approvals.models import Agent, AgentToken, Call
-from approvals.services.calls import call_submit
+from approvals.models import Call
 from approvals.services.decisions import call_decide
-from approvals.services.rules import cap_rule_save
-from approvals.services.submissions import Submission
 from config.asgi import application
 from tests.asgi import PROMPTLY, finished
+from tests.factories import agent_with_token, call_make, payment, rule_make, user_make
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 TOKEN = "cs_longpoll-test-token"
 
 
 def _held_call(token: str = TOKEN, name: str = "bot") -> Call:
-    agent = Agent.objects.create(name=name, principal="carol", mode="danger_full_access")
-    AgentToken.objects.create(
-        agent=agent, digest=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:8]
-    )
-    cap_rule_save(line=f"big-{name}: pay arg=amount max USD 500.00 -> gate")
-    call, _ = call_submit(
-        agent=agent,
-        submission=Submission(tool="pay", arguments='{"amount": "600.00"}', principal="carol"),
-    )
+    agent, _ = agent_with_token(token=token, name=name)
+    rule_make(line=f"big-{name}: pay arg=amount max USD 500.00 -> gate")
+    call = call_make(agent=agent, arguments=payment("600.00"))
     assert call.status == "pending"
     return call
-
-
-def _approver() -> User:
-    user = User.objects.create_user("alice", password="x")
-    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
-    return User.objects.get(pk=user.pk)
 
 
 def _decide(call: Call, *, approve: bool, comment: str) -> None:
     call_decide(
         call_id=call.pk,
-        user=_approver(),
+        user=user_make(username="alice"),
         approve=approve,
         comment=comment,
         arguments_sha256=call.arguments_sha256,

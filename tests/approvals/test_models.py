@@ -57,11 +57,10 @@ def test_deleting_a_user_keeps_their_entries(entry: AuditEntry) -> None:
     assert AuditEntry.objects.count() == 2
 
 
-def test_the_status_sets_split_the_statuses() -> None:
-    assert Status.NEVER_HELD | Status.DECIDED == Status.FINAL
-    assert not Status.NEVER_HELD & Status.DECIDED
-    assert Status.FINAL == set(Status.values) - {Status.PENDING}
-    assert Status.ALLOWED in Status.FINAL and "allowed" in Status.FINAL
+def test_a_status_and_its_stored_value_are_one_key() -> None:
+    # The sets hold the values; calls read from the database hold them too.
+    assert Status.ALLOWED in Status.FINAL
+    assert Call(status="allowed").status in Status.NEVER_HELD
 
 
 def test_a_verdict_is_a_status_and_only_pending_is_held() -> None:
@@ -95,7 +94,9 @@ def test_stored_fields_take_their_choices_from_the_vocabulary() -> None:
         (AuditEntry, "object_type"): AuditEntry.ObjectType,
     }
     for (model, name), choices in fields.items():
-        assert model._meta.get_field(name).choices == choices.choices
+        field = model._meta.get_field(name)
+        assert isinstance(field, models.CharField)
+        assert field.choices == choices.choices
 
 
 def test_every_status_has_its_audit_action() -> None:

@@ -30,7 +30,9 @@ def _statements() -> list[tuple[str, str]]:
                 found.append((f"{info.name}.{name}", value))
             elif isinstance(value, dict):
                 found += [
-                    (f"{info.name}.{name}", text) for text in value.values() if isinstance(text, str)
+                    (f"{info.name}.{name}", text)
+                    for text in value.values()
+                    if isinstance(text, str)
                 ]
     return found
 

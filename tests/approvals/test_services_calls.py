@@ -9,15 +9,15 @@ import pytest
 from django.db import connection
 
 import capcore
-from approvals.services import calls
 from approvals.models import Agent, Budget, Call, CapRule, Ledger, LedgerEntry, RunCounter
+from approvals.queries import ledgers
 from approvals.services.calls import (
     LEDGER_VANISHED,
     IdempotencyConflict,
-    Submission,
     call_submit,
 )
 from approvals.services.rules import cap_rule_save
+from approvals.services.submissions import Submission
 from tests.factories import agent_make
 
 DAILY = "daily: pay arg=amount sum USD 1000.00 per day -> gate"
@@ -63,7 +63,7 @@ def test_a_ledger_deleted_while_it_is_locked_refuses_the_call_and_stores_nothing
     """Its total would otherwise count as nothing spent."""
     cap_rule_save(line=DAILY)
     submit(agent, "250.00")  # the ledger exists now
-    create = calls.ledgers_create
+    create = ledgers.ledgers_create
 
     def deleted_after_creating(identities: list[tuple[str, str, str]]) -> None:
         create(identities)
@@ -71,7 +71,8 @@ def test_a_ledger_deleted_while_it_is_locked_refuses_the_call_and_stores_nothing
         LedgerEntry.objects.all().delete()
         Ledger.objects.all().delete()
 
-    monkeypatch.setattr(calls, "ledgers_create", deleted_after_creating)
+    # services.calls imported it by name: patch it there.
+    monkeypatch.setattr("approvals.services.calls.ledgers_create", deleted_after_creating)
     with pytest.raises(Ledger.DoesNotExist, match=LEDGER_VANISHED):
         submit(agent, "250.00")
     assert Call.objects.count() == 1

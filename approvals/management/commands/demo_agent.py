@@ -30,7 +30,7 @@ ADA = {"email": "ada@example.com"}
 BOB = {"email": "bob@example.com"}
 SAMPLES = (
     Sample(
-        "allowed", DEMO_AGENT, "pay",
+        "under every cap", DEMO_AGENT, "pay",
         {"amount": "120.00", "currency": "USD", "payee": ADA},
         "A small invoice, well under every cap",
     ),
@@ -45,7 +45,7 @@ SAMPLES = (
         "The intern asks before every call",
     ),
     Sample(
-        "refused", DEMO_AGENT, "wire",
+        "over the wire ceiling", DEMO_AGENT, "wire",
         {"amount": {"value": "30000.00", "currency": "USD"}},
         "Above the USD 25,000.00 wire ceiling",
     ),

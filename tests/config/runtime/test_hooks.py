@@ -41,8 +41,9 @@ def test_the_handler_builds_its_chain_in_load_middleware_from_init() -> None:
     assert _parameters(BaseHandler.load_middleware) == ["self", "is_async"]
     assert inspect.signature(BaseHandler.load_middleware).parameters["is_async"].default is False
     assert _calls(ASGIHandler.__init__, "self.load_middleware(is_async=True)")
-    assert iscoroutinefunction(ASGIHandler()._middleware_chain)
-    assert not iscoroutinefunction(PooledThreadASGIHandler(threads=1)._middleware_chain)
+    stock, pooled = ASGIHandler(), PooledThreadASGIHandler(threads=1)
+    assert iscoroutinefunction(stock._middleware_chain)  # type: ignore[attr-defined]
+    assert not iscoroutinefunction(pooled._middleware_chain)  # type: ignore[attr-defined]
 
 
 def test_the_handler_asks_get_response_async_for_each_response() -> None:
@@ -73,7 +74,7 @@ def test_closing_a_connection_goes_through_close_underscore() -> None:
     """``_close()``, the one place ``close()`` lets go of the DB-API connection; and the
     backend's ``get_new_connection(conn_params)`` opens one with ``check_same_thread`` off,
     so a connection may pass from thread to thread."""
-    assert _parameters(BaseDatabaseWrapper._close) == ["self"]
+    assert _parameters(BaseDatabaseWrapper._close) == ["self"]  # type: ignore[attr-defined]
     assert _calls(BaseDatabaseWrapper.close, "self._close()")
     assert _calls(sqlite.DatabaseWrapper.close, "BaseDatabaseWrapper.close(self)")
     assert _parameters(sqlite.DatabaseWrapper.get_new_connection) == ["self", "conn_params"]
