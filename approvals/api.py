@@ -13,8 +13,6 @@ import uuid
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import URLPattern, URLResolver, path
-from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.security.http import HttpAuthBase
@@ -74,12 +72,6 @@ class CountersignAPI(NinjaAPI):
         schema = super().get_openapi_schema(*args, **kwargs)
         schema["paths"]["/api/v1/calls/{call_id}/wait"] = wait_operation()
         return schema
-
-    def _get_urls(self) -> list[URLResolver | URLPattern]:
-        """ninja's root view (kept by name: ninja reverses it) answers an HTML 404; under
-        /api/ every unknown path is a JSON 404."""
-        urls = [url for url in super()._get_urls() if getattr(url, "name", None) != "api-root"]
-        return [*urls, path("", csrf_exempt(api_not_found), name="api-root")]
 
 
 api = CountersignAPI(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from channels.testing import HttpCommunicator
@@ -36,3 +38,32 @@ async def asgi_response(
 ) -> dict[str, Any]:
     communicator = HttpCommunicator(application, method, path, body=body, headers=headers)
     return await finished(communicator, timeout)
+
+
+async def chunked_request(
+    application: Any, scope: dict[str, Any], chunks: list[bytes]
+) -> tuple[list[dict[str, Any]], int]:
+    """Call ``application`` with a ``receive`` that yields the body in these
+    ``http.request`` messages (``more_body`` on all but the last) and then waits for ever:
+    the client stays connected. What the application sent, and how many body messages it
+    read."""
+    messages = [
+        {"type": "http.request", "body": chunk, "more_body": index < len(chunks) - 1}
+        for index, chunk in enumerate(chunks)
+    ]
+    read = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        if messages:
+            read += 1
+            return messages.pop(0)
+        await asyncio.Event().wait()  # never set: no disconnect
+        raise AssertionError("unreachable")
+
+    async def send(message: Mapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    await asyncio.wait_for(application(scope, receive, send), timeout=PROMPTLY)
+    return sent, read

@@ -8,6 +8,7 @@ paths that insert their rows together with others (``sql.insert``).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Required, TypedDict, Unpack
 
 from django.contrib.auth.models import Group, User
 from django.core import serializers
@@ -58,20 +59,25 @@ def audit_snapshot(obj: models.Model) -> str:
     return str(serializers.serialize("json", [obj]))
 
 
-def audit_entry(
-    *,
-    action: AuditEntry.Action,
-    obj: models.Model | None = None,
-    object_type: AuditEntry.ObjectType | None = None,
-    object_id: object = None,
-    user: User | None = None,
-    agent: Agent | None = None,
-    before: str = "",
-    after: str = "",
-    at: datetime | None = None,
-) -> AuditEntry:
-    """The entry, unsaved. Its object is ``obj``, or ``object_type`` and ``object_id`` when
+class AuditFields(TypedDict, total=False):
+    """What an entry says. Its object is ``obj``, or ``object_type`` and ``object_id`` when
     there is no row at hand (a deleted row, a call known by its id); not both."""
+
+    action: Required[AuditEntry.Action]
+    obj: models.Model | None
+    object_type: AuditEntry.ObjectType | None
+    object_id: object
+    user: User | None
+    agent: Agent | None
+    before: str
+    after: str
+    at: datetime | None
+
+
+def audit_entry(**fields: Unpack[AuditFields]) -> AuditEntry:
+    """The entry, unsaved."""
+    obj, object_type = fields.get("obj"), fields.get("object_type")
+    object_id = fields.get("object_id")
     if obj is not None:
         if object_type is not None or object_id is not None:
             raise TypeError(NO_OBJECT)
@@ -79,40 +85,19 @@ def audit_entry(
     if object_type is None or object_id is None:
         raise TypeError(NO_OBJECT)
     return AuditEntry(
-        at=at or timezone.now(),
-        user=user,
-        agent=agent,
-        action=action,
+        at=fields.get("at") or timezone.now(),
+        user=fields.get("user"),
+        agent=fields.get("agent"),
+        action=fields["action"],
         object_type=object_type,
         object_id=str(object_id),
-        before=before,
-        after=after,
+        before=fields.get("before", ""),
+        after=fields.get("after", ""),
     )
 
 
-def audit_record(
-    *,
-    action: AuditEntry.Action,
-    obj: models.Model | None = None,
-    object_type: AuditEntry.ObjectType | None = None,
-    object_id: object = None,
-    user: User | None = None,
-    agent: Agent | None = None,
-    before: str = "",
-    after: str = "",
-    at: datetime | None = None,
-) -> AuditEntry:
-    """Write one entry (``audit_entry``'s arguments), in the caller's transaction."""
-    entry = audit_entry(
-        action=action,
-        obj=obj,
-        object_type=object_type,
-        object_id=object_id,
-        user=user,
-        agent=agent,
-        before=before,
-        after=after,
-        at=at,
-    )
+def audit_record(**fields: Unpack[AuditFields]) -> AuditEntry:
+    """Write one entry, in the caller's transaction."""
+    entry = audit_entry(**fields)
     entry.save()
     return entry

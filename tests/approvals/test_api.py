@@ -3,7 +3,6 @@ through the ASGI application."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import uuid
@@ -35,7 +34,7 @@ from approvals.services import submissions
 from approvals.services.decisions import DEFAULT_DENY_COMMENT, call_decide
 from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT, calls_expire_due
 from approvals.services.rules import budget_save, cap_rule_save
-from tests.asgi import asgi_response
+from tests.asgi import asgi_response, chunked_request
 from tests.factories import agent_with_token, token_make, user_make
 
 if TYPE_CHECKING:
@@ -1462,25 +1461,7 @@ async def _drive(
         "server": ("localhost", 80),
         "client": ("127.0.0.1", 1234),
     }
-    messages = [
-        {"type": "http.request", "body": chunk, "more_body": index < len(chunks) - 1}
-        for index, chunk in enumerate(chunks)
-    ]
-    read = 0
-    sent: list[Mapping[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal read
-        if messages:
-            read += 1
-            return messages.pop(0)
-        await asyncio.Event().wait()  # never set: no disconnect
-        raise AssertionError("unreachable")
-
-    async def send(message: Mapping[str, Any]) -> None:
-        sent.append(message)
-
-    await asyncio.wait_for(application(scope, receive, send), timeout=10)
+    sent, read = await chunked_request(application, scope, chunks)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return {"status": start["status"], "headers": start["headers"], "body": body, "read": read}

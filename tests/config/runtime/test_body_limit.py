@@ -5,7 +5,6 @@ tests/approvals/test_api.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 
 from config.runtime.asgi_types import Message, Receive, Scope, Send
 from config.runtime.body_limit import BodyLimit
-from tests.asgi import PROMPTLY
+from tests.asgi import chunked_request
 
 pytestmark = pytest.mark.asyncio
 
@@ -55,26 +54,8 @@ async def _drive(
     ever after the last chunk (the client stays connected)."""
     app = Served()
     headers = [] if content_length is None else [(b"content-length", content_length)]
-    messages: list[Message] = [
-        {"type": "http.request", "body": chunk, "more_body": index < len(chunks) - 1}
-        for index, chunk in enumerate(chunks)
-    ]
-    read = 0
-    sent: list[Mapping[str, Any]] = []
-
-    async def receive() -> Message:
-        nonlocal read
-        if messages:
-            read += 1
-            return messages.pop(0)
-        await asyncio.Event().wait()  # never set: no disconnect
-        raise AssertionError("unreachable")
-
-    async def send(message: Mapping[str, Any]) -> None:
-        sent.append(message)
-
     scope = {"type": "http", "path": "/", "headers": headers}
-    await asyncio.wait_for(BodyLimit(app, refuse=refuse)(scope, receive, send), PROMPTLY)
+    sent, read = await chunked_request(BodyLimit(app, refuse=refuse), scope, chunks)
     return sent[0]["status"], app, read
 
 
