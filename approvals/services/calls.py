@@ -100,7 +100,7 @@ def ledger_record(
 
 
 def call_end(
-    *, call: Call, status: str, comment: str, now: datetime, user: User | None = None
+    *, call: Call, status: Call.Status, comment: str, now: datetime, user: User | None = None
 ) -> None:
     """Make a call final (the caller holds its row's lock and has checked it is pending)."""
     call.status = status
