@@ -16,7 +16,7 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
-from django.db.models import QuerySet, Sum
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -543,8 +543,8 @@ class LedgerAdmin(ReadOnlyAdmin):
 
     @admin.display(description="all time")
     def all_time_total(self, obj: Ledger) -> str:
-        total = obj.entries.filter(voided_at__isnull=True).aggregate(total=Sum("minor"))["total"]
-        return _ledger_amount(obj, _ledger_rule(obj), int(total or 0))
+        total = ledger_spent(ledger=obj, window=None, now=timezone.now())
+        return _ledger_amount(obj, _ledger_rule(obj), total)
 
 
 class VoidForm(forms.ModelForm):  # type: ignore[type-arg]
