@@ -10,25 +10,36 @@ PORT ?= 8000
 
 .PHONY: run test lint bench bench-submit bench-decision bench-pages clean
 
+# pip quiet: errors still print, and a failing install still fails. The one warning left on a
+# good install is setuptools' "Editable installation" block (folders named like the package may
+# shadow it: here they are the package), dropped by its message in pip's build subprocess too.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet
+
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@echo "Creating the virtual environment $(VENV)…"
+	@$(PYTHON) -m venv $(VENV)
 
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
-	touch $@
+	@echo "Installing Countersign into $(VENV) (first run: about a minute)…"
+	@$(PIP_INSTALL) --upgrade pip
+	@$(PIP_INSTALL) -e .
+	@touch $@
 
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $@ $(RUN_STAMP)
+	@echo "Installing Countersign and its test tools into $(VENV) (first time: a few minutes)…"
+	@$(PIP_INSTALL) --upgrade pip
+	@$(PIP_INSTALL) -e '.[test]'
+	@touch $@ $(RUN_STAMP)
 
-# SQLite under var/, the demo approvers, agents and example rules, then the ASGI server.
+# SQLite under var/, the demo approvers, admin, agents and example rules, then the ASGI server.
+# Commands are not echoed, so the banner demo_setup prints is the last thing before the
+# server's log; demo_setup stops first when the port is taken (no banner, no token touched).
 run: $(RUN_STAMP)
-	$(BIN)/python manage.py migrate --noinput -v0
-	$(BIN)/python manage.py collectstatic --noinput -v0
-	$(BIN)/python manage.py demo_setup --url http://$(HOST):$(PORT)
-	DEBUG=1 $(BIN)/python -m daphne -b $(HOST) -p $(PORT) config.asgi:application
+	@echo "Preparing the database and static files under var/…"
+	@$(BIN)/python manage.py migrate --noinput -v0
+	@$(BIN)/python manage.py collectstatic --noinput -v0
+	@$(BIN)/python manage.py demo_setup --url http://$(HOST):$(PORT)
+	@DEBUG=1 $(BIN)/python -m daphne -b $(HOST) -p $(PORT) config.asgi:application
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1,12 +1,14 @@
 """Django admin: thin. Writes go through the services; every change is audited.
 
 Calls, ledgers and the audit log are read-only. Error messages name a position or a category,
-never the text an admin typed or a model wrote.
+never the text an admin typed or a model wrote; the cap-rule form's caret view, apart from the
+message, shows the admin the line they typed themselves.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 import uuid
 from typing import Any
 
@@ -134,6 +136,43 @@ def _money(limit: capcore.Limit) -> str:
     return f"{limit.currency} {capcore.format_amount(limit.minor, limit.exponent, grouping=True)}"
 
 
+def _clipped(text: str) -> str:
+    """A list cell that static/css/admin.css cuts short with an ellipsis; whole in its
+    tooltip."""
+    return format_html('<span class="cs-clip" title="{}">{}</span>', text, text)
+
+
+CARET_CONTEXT = 60  # characters of the line shown on each side of the caret
+
+
+def _shown(char: str) -> str:
+    """A tab as one blank (it counts one column); a character that prints as nothing or as a
+    blank no-one can tell apart as U+FFFD, so that it can be seen under the caret."""
+    if char == "\t":
+        return " "
+    return char if char.isprintable() else "\ufffd"
+
+
+def _cells(char: str) -> int:
+    """How many cells of a monospace font ``char`` takes, so the caret lands under it."""
+    if unicodedata.category(char) in ("Mn", "Me"):  # combining marks sit on the one before
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def rule_line_caret(line: str, column: int) -> str:
+    """The admin's own line, ``CARET_CONTEXT`` characters either side of ``column``, with a
+    ``^`` under that column (docs/rules.md, "Error messages")."""
+    index = column - 1
+    start = max(0, index - CARET_CONTEXT)
+    end = index + CARET_CONTEXT
+    shown = [_shown(char) for char in line[start:end]]
+    prefix = "…" if start else ""
+    suffix = "…" if end < len(line) else ""
+    pad = len(prefix) + sum(_cells(char) for char in shown[: index - start])
+    return format_html("<pre>{}\n{}^</pre>", prefix + "".join(shown) + suffix, " " * pad)
+
+
 class CapRuleForm(forms.ModelForm):  # type: ignore[type-arg]
     line = forms.CharField(
         strip=False,  # the grammar decides which blanks are allowed, not the form
@@ -152,9 +191,13 @@ class CapRuleForm(forms.ModelForm):  # type: ignore[type-arg]
         try:
             rule = capcore.parse_rule(line)
         except capcore.RuleError as error:
-            # Position and expectation only: never the text that was typed.
+            # The message holds a position and an expectation, never typed text; the caret
+            # view under it shows the admin their own line, escaped by format_html.
             raise ValidationError(
-                f"column {error.column}: expected {error.expected}", code="rule"
+                [
+                    ValidationError(f"column {error.column}: {error.message}", code="rule"),
+                    ValidationError(rule_line_caret(line, error.column), code="rule"),
+                ]
             ) from None
         taken = CapRule.objects.filter(name_folded=rule.name.casefold())
         if self.instance.pk is not None:
@@ -187,19 +230,9 @@ class ParsesFilter(admin.SimpleListFilter):
 @admin.register(CapRule)
 class CapRuleAdmin(AuditedAdmin):
     form = CapRuleForm
-    list_display = (
-        "name",
-        "enabled",
-        "parses",
-        "tools",
-        "argument",
-        "kind",
-        "limits",
-        "window",
-        "key",
-        "rule_action",
-        "updated_at",
-    )
+    # Few columns, so that the action stays on screen at 1280 px; a long tools list or cap is
+    # cut short with an ellipsis (static/css/admin.css), whole in its tooltip and in the line.
+    list_display = ("name", "enabled", "parses", "tools", "cap", "rule_action", "updated_at")
     list_filter = ("enabled", ParsesFilter)
     search_fields = ("name", "line", "description")
     ordering = ("name_folded",)
@@ -230,59 +263,44 @@ class CapRuleAdmin(AuditedAdmin):
                     f"parse{'s' if broken == 1 else ''}: every call is refused "
                     "('policy error') until it is fixed or disabled.",
                 )
+        # The widest list: without the admin's side navigation (the breadcrumbs stay), all
+        # its columns, the action last, fit a 1280 px screen.
+        extra_context = {**(extra_context or {}), "is_nav_sidebar_enabled": False}
         return super().changelist_view(request, extra_context)
 
     @admin.display(description="parses")
     def parses(self, obj: CapRule) -> str:
         if stored_rule(obj.line) is not None:
             return "✓"
+        # Classes of static/css/admin.css: the Content-Security-Policy blocks inline styles.
         if obj.enabled:
             return format_html(
-                '<strong style="color:#fff;background:#ba2121;padding:2px 6px">{}</strong>',
+                '<strong class="cs-broken cs-broken-enabled">{}</strong>',
                 "✖ NO LONGER PARSES: calls are refused",
             )
-        return format_html('<strong style="color:#ba2121">{}</strong>', "✖ no longer parses")
+        return format_html('<strong class="cs-broken">{}</strong>', "✖ no longer parses")
 
     @admin.display(description="tools")
     def tools(self, obj: CapRule) -> str:
         rule = stored_rule(obj.line)
-        return "—" if rule is None else ", ".join(rule.tools)
+        return "—" if rule is None else _clipped(", ".join(rule.tools))
 
-    @admin.display(description="argument")
-    def argument(self, obj: CapRule) -> str:
+    @admin.display(description="cap")
+    def cap(self, obj: CapRule) -> str:
+        """The argument, kind, limits, window and whose total, in one short column."""
         rule = stored_rule(obj.line)
         if rule is None:
             return "—"
-        text = ".".join(rule.arg)
+        text = f"arg={'.'.join(rule.arg)}"
         if rule.unit is capcore.Unit.MINOR:
             text += " (minor units)"
         if rule.currency_arg is not None:
-            text += f"; currency from {'.'.join(rule.currency_arg)}"
-        return text
-
-    @admin.display(description="kind")
-    def kind(self, obj: CapRule) -> str:
-        rule = stored_rule(obj.line)
-        return "—" if rule is None else rule.kind.value
-
-    @admin.display(description="limits")
-    def limits(self, obj: CapRule) -> str:
-        rule = stored_rule(obj.line)
-        return "—" if rule is None else ", ".join(_money(limit) for limit in rule.limits)
-
-    @admin.display(description="window")
-    def window(self, obj: CapRule) -> str:
-        rule = stored_rule(obj.line)
-        if rule is None or rule.kind is capcore.Kind.MAX:
-            return "—"
-        return "all time" if rule.window is None else rule.window.to_text()
-
-    @admin.display(description="key")
-    def key(self, obj: CapRule) -> str:
-        rule = stored_rule(obj.line)
-        if rule is None or rule.kind is capcore.Kind.MAX:
-            return "—"
-        return "one total" if rule.key is None else rule.key.to_text()
+            text += f" (currency from {'.'.join(rule.currency_arg)})"
+        text += f" {rule.kind.value} " + ", ".join(_money(limit) for limit in rule.limits)
+        if rule.kind is capcore.Kind.SUM:
+            text += " all time" if rule.window is None else f" {rule.window.to_text()}"
+            text += ", one total" if rule.key is None else f" {rule.key.to_text()}"
+        return _clipped(text)
 
     @admin.display(description="action")
     def rule_action(self, obj: CapRule) -> str:

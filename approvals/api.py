@@ -21,16 +21,20 @@ import capcore
 from approvals.agent_auth import bearer_agent, request_authorization
 from approvals.errors import (
     ALREADY_FINAL,
-    BAD_QUERY,
+    BAD_PARAMETERS,
     IDEMPOTENCY_CONFLICT,
     LIMITER_UNAVAILABLE,
     NO_SUCH_ENDPOINT,
     NOT_FOUND,
+    QUERY_CHOICES,
+    QUERY_NO_NUL,
+    QUERY_RANGE,
     RATE_LIMITED,
     REQUEST_FAILED,
     ApiError,
     Code,
     error_response,
+    query_refusal,
 )
 from approvals.models import Agent, Call
 from approvals.openapi import (
@@ -89,7 +93,7 @@ def _api_error(request: HttpRequest, error: ApiError) -> HttpResponse:
 
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, error: ValidationError) -> HttpResponse:
-    return error_response(ApiError(400, Code.BAD_REQUEST, BAD_QUERY))
+    return error_response(ApiError(400, Code.BAD_REQUEST, BAD_PARAMETERS))
 
 
 @api.exception_handler(HttpError)
@@ -114,11 +118,12 @@ def _own_call(request: HttpRequest, call_id: str) -> Call:
     return call
 
 
-def _bounded_int(raw: str | None, default: int, low: int, high: int) -> int:
+def _bounded_int(request: HttpRequest, name: str, default: int, low: int, high: int) -> int:
+    raw = request.GET.get(name)
     if raw is None:
         return default
     if not re.fullmatch(r"[0-9]{1,10}", raw, re.ASCII) or not low <= int(raw) <= high:
-        raise ApiError(400, Code.BAD_REQUEST, BAD_QUERY)
+        raise query_refusal(name=name, expected=QUERY_RANGE.format(low=low, high=high))
     return int(raw)
 
 
@@ -216,12 +221,13 @@ def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 def calls_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status")
     if status is not None and status not in Call.Status.values:
-        raise ApiError(400, Code.BAD_REQUEST, BAD_QUERY)
-    limit = _bounded_int(request.GET.get("limit"), DEFAULT_LIMIT, 1, MAX_LIMIT)
-    offset = _bounded_int(request.GET.get("offset"), 0, 0, MAX_OFFSET)
+        choices = QUERY_CHOICES.format(choices=", ".join(Call.Status.values))
+        raise query_refusal(name="status", expected=choices)
+    limit = _bounded_int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = _bounded_int(request, "offset", 0, 0, MAX_OFFSET)
     run_id = request.GET.get("run_id")
     if run_id is not None and "\x00" in run_id:
-        raise ApiError(400, Code.BAD_REQUEST, BAD_QUERY)
+        raise query_refusal(name="run_id", expected=QUERY_NO_NUL)
     calls, count = calls_for_agent(
         agent=_agent(request),
         status=status,
@@ -239,7 +245,8 @@ def calls_list(request: HttpRequest) -> HttpResponse:
     **documented({200: (dict[str, int], "Exponents")}),
 )
 def currencies(request: HttpRequest) -> HttpResponse:
-    return JsonResponse(capcore.exponents())
+    # Sorted by code, as docs/api.md shows it: the table's own order is the iso4217 package's.
+    return JsonResponse(dict(sorted(capcore.exponents().items())))
 
 
 def api_not_found(request: HttpRequest, rest: str = "") -> HttpResponse:

@@ -38,7 +38,12 @@ AGENT_DISABLED = "This agent is disabled."
 NOT_FOUND = "No such call."
 NO_SUCH_ENDPOINT = "No such endpoint."
 METHOD_NOT_ALLOWED = "This method is not allowed here."
-BAD_QUERY = "A query parameter is malformed or out of range."
+# The parameter's name and what it may be, both ours: never the value that was sent.
+BAD_QUERY = "The query parameter {name} is malformed or out of range ({expected})."
+QUERY_RANGE = "{low} to {high}"
+QUERY_CHOICES = "one of {choices}"
+QUERY_NO_NUL = "text without U+0000"
+BAD_PARAMETERS = "A parameter of the request is malformed."
 ALREADY_FINAL = "The call is already final."
 IDEMPOTENCY_CONFLICT = "This Idempotency-Key was used with a different request body."
 RATE_LIMITED = "Too many submissions from this agent; retry after the Retry-After seconds."
@@ -73,6 +78,11 @@ class ApiError(Exception):
     @property
     def close_code(self) -> int:
         return CLOSE_CODE_BASE + self.status
+
+
+def query_refusal(*, name: str, expected: str) -> ApiError:
+    """The ``400`` for a query parameter, naming it and what it may be."""
+    return ApiError(400, Code.BAD_REQUEST, BAD_QUERY.format(name=name, expected=expected))
 
 
 def json_error_bytes(code: str, message: str) -> bytes:

@@ -27,11 +27,12 @@ from django.utils import timezone
 
 from approvals.agent_auth import authorization_values, bearer_agent
 from approvals.errors import (
-    BAD_QUERY,
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
+    QUERY_RANGE,
     ApiError,
     Code,
+    query_refusal,
     send_error,
     send_json,
 )
@@ -71,9 +72,9 @@ def _timeout(scope: Scope) -> int:
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("timeout")
     if values is None:
         return default_wait()
-    raw = values[-1]
-    if not re.fullmatch(r"[0-9]{1,6}", raw, re.ASCII) or int(raw) > settings.COUNTERSIGN_MAX_WAIT:
-        raise ApiError(400, Code.BAD_REQUEST, BAD_QUERY)
+    raw, most = values[-1], settings.COUNTERSIGN_MAX_WAIT
+    if not re.fullmatch(r"[0-9]{1,6}", raw, re.ASCII) or int(raw) > most:
+        raise query_refusal(name="timeout", expected=QUERY_RANGE.format(low=0, high=most))
     return int(raw)
 
 

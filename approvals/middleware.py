@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from approvals.errors import METHOD_NOT_ALLOWED, Code, json_error_bytes, send_json
 from config.runtime.asgi_types import Send
 
-BODY_TOO_LARGE = "The request body is larger than this server accepts."
+BODY_TOO_LARGE = "The request body is larger than this server accepts ({limit} bytes)."
 
 
 async def body_too_large(send: Send) -> None:
-    """The body limit's ``413`` (config/runtime/body_limit.py), in the API's error shape."""
-    await send_json(send, 413, json_error_bytes(Code.BODY_TOO_LARGE, BODY_TOO_LARGE))
+    """The body limit's ``413`` (config/runtime/body_limit.py), in the API's error shape,
+    stating the limit (``COUNTERSIGN_MAX_BODY``) so that a client knows how far to shrink."""
+    message = BODY_TOO_LARGE.format(limit=settings.COUNTERSIGN_MAX_BODY)
+    await send_json(send, 413, json_error_bytes(Code.BODY_TOO_LARGE, message))
 
 
 def api_errors_as_json(

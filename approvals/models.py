@@ -333,6 +333,7 @@ class LedgerEntry(models.Model):
     void_reason = models.TextField(blank=True)
 
     class Meta:
+        verbose_name_plural = "ledger entries"
         constraints = [
             models.CheckConstraint(condition=Q(minor__gte=0), name="ledger_entry_not_negative"),
             models.UniqueConstraint(fields=["ledger", "call"], name="one_entry_per_call"),

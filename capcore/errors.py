@@ -1,7 +1,10 @@
 """Everything capcore raises on purpose.
 
 No error carries the text it refused: that text was written by a model or typed by an admin
-and may be huge or hostile. Errors name a category (and, for rules, a position) only.
+and may be huge or hostile. Errors name a category (and, for rules, a position) only; a rule
+error may also name a value from a closed set — a character by its code point and Unicode
+name, or an ISO 4217 code the table carries — which is not the refused text (docs/rules.md,
+"Error messages").
 """
 
 from __future__ import annotations
@@ -60,16 +63,30 @@ class ExponentError(CapcoreError):
 
 
 class RuleError(CapcoreError):
-    """A cap-rule line was refused, at ``column`` (and ``line``, when read from a file)."""
+    """A cap-rule line was refused, at ``column`` (and ``line``, when read from a file).
 
-    def __init__(self, column: int, expected: str, line: int | None = None) -> None:
+    ``found`` names the character at the column when it is not visible ASCII
+    (``U+00A0 NO-BREAK SPACE``): such a character looks like a blank or like nothing.
+    """
+
+    def __init__(
+        self, column: int, expected: str, line: int | None = None, *, found: str | None = None
+    ) -> None:
         super().__init__(column, expected)
         self.column = column
         self.expected = expected
         self.line = line
+        self.found = found
+
+    @property
+    def message(self) -> str:
+        """What was expected (and what was found), without the position."""
+        if self.found is None:
+            return f"expected {self.expected}"
+        return f"expected {self.expected}, found {self.found}"
 
     def __str__(self) -> str:
         where = f"column {self.column}"
         if self.line is not None:
             where = f"line {self.line}, {where}"
-        return f"{where}: expected {self.expected}"
+        return f"{where}: {self.message}"

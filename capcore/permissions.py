@@ -77,8 +77,9 @@ class Decision(enum.Enum):
 
 
 # The base word lists, with no project additions (docs/capcore.md). An addition belongs in
-# docs/ and here, and is never `format`, `document`, `update`, `catalog`, `running` or `jobs`
-# (the seed's substring matcher misclassified tools because of `rm` and `cat` inside words).
+# docs/policies.md (tests/test_docs_links.py holds the two equal) and here, and is never
+# `format`, `document`, `update`, `catalog`, `running` or `jobs` (the seed's substring
+# matcher misclassified tools because of `rm` and `cat` inside words).
 DANGEROUS_WORDS: frozenset[str] = frozenset(
     {
         "shell", "exec", "execute", "bash", "sh", "run", "command", "cmd", "sudo",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -39,6 +40,24 @@ _BLANKS = " \t"
 # non-breaking space, "$") ends the token before it and is then refused at its own column.
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-:/,=>")
 _UNIT_SECONDS = {"m": 60, "h": 3_600, "d": 86_400}
+_VISIBLE_ASCII = frozenset(chr(code) for code in range(0x21, 0x7F))
+# unicodedata has no name for control characters; these are their Unicode name aliases.
+_CONTROL_NAMES = {
+    "\x00": "NULL",
+    "\t": "CHARACTER TABULATION",
+    "\n": "LINE FEED",
+    "\x0b": "LINE TABULATION",
+    "\x0c": "FORM FEED",
+    "\r": "CARRIAGE RETURN",
+    "\x1b": "ESCAPE",
+    "\x1c": "INFORMATION SEPARATOR FOUR",
+    "\x1d": "INFORMATION SEPARATOR THREE",
+    "\x1e": "INFORMATION SEPARATOR TWO",
+    "\x1f": "INFORMATION SEPARATOR ONE",
+    "\x7f": "DELETE",
+    "\x85": "NEXT LINE",
+}
+_UNNAMED = {"Cc": "a control character", "Cs": "a surrogate", "Co": "a private-use character"}
 
 
 class Calendar(enum.StrEnum):
@@ -169,6 +188,15 @@ def _money_text(limit: Limit) -> str:
     return text
 
 
+def name_of_character(char: str) -> str:
+    """``U+00A0 NO-BREAK SPACE``: a character by its code point and Unicode name, for an
+    error to say what an invisible or look-alike character is without quoting the line."""
+    name = _CONTROL_NAMES.get(char) or unicodedata.name(char, "")
+    if not name:
+        name = f"({_UNNAMED.get(unicodedata.category(char), 'unassigned')})"
+    return f"U+{ord(char):04X} {name}"
+
+
 def _action_text(action: Action) -> str:
     if action.kind is ActionKind.REFUSE:
         return "refuse"
@@ -188,8 +216,13 @@ class _Scanner:
 
     def fail(self, expected: str, at: int | None = None) -> RuleError:
         position = self.pos if at is None else at
-        column = len(self.line) + 1 if position >= self.end else position + 1
-        return RuleError(column, expected)
+        if position >= self.end:
+            return RuleError(len(self.line) + 1, expected)
+        char = self.line[position]
+        # A visible ASCII character is plain to see at its column; any other may look like a
+        # blank (a no-break space) or like nothing (a zero-width space), so it is named.
+        found = None if char in _VISIBLE_ASCII else name_of_character(char)
+        return RuleError(position + 1, expected, found=found)
 
     def at_end(self) -> bool:
         return self.pos >= self.end
@@ -294,6 +327,13 @@ def _parse_money(scan: _Scanner) -> Limit:
     try:
         exp = resolve_exponent(code, override)
     except UnknownCurrency as error:
+        if override is None and _listed_without_minor_unit(code):
+            # The code is one of the table's, a closed set: naming it quotes no free text.
+            raise scan.fail(
+                f"exponent=N after the amount: {code} has no minor unit in ISO 4217"
+                f" (e.g. {code} 10 exponent=3)",
+                code_start,
+            ) from error
         raise scan.fail("a currency code of the ISO 4217 table", code_start) from error
     except ExponentError as error:
         raise scan.fail(
@@ -308,6 +348,15 @@ def _parse_money(scan: _Scanner) -> Limit:
             "an amount that fits a 64-bit count of minor units", decimal_start
         ) from error
     return Limit(code, exp, minor)
+
+
+def _listed_without_minor_unit(code: str) -> bool:
+    """ISO 4217 lists ``code`` without a minor unit (``XAU``, ``XDR``): any exponent resolves."""
+    try:
+        resolve_exponent(code, 0)
+    except UnknownCurrency:
+        return False
+    return not has_minor_unit(code)
 
 
 def _money_continues_with_exponent(scan: _Scanner) -> bool:
@@ -500,9 +549,14 @@ class RuleLine:
     rule: Rule
 
 
-def parse_rules_with_lines(text: str | Iterable[str]) -> list[RuleLine]:
-    """``parse_rules``, with each rule's line number and text (for a caller that stores lines)."""
+def check_rules(text: str | Iterable[str]) -> tuple[list[RuleLine], list[RuleError]]:
+    """Every rule of a rules file and every refusal, each with its line number, in file order:
+    a caller that reports a whole file (``import_rules``) shows every bad line at once.
+
+    A name equal under ``casefold`` to an earlier rule's is a refusal at its line.
+    """
     rules: list[RuleLine] = []
+    errors: list[RuleError] = []
     seen: set[str] = set()
     for number, line in enumerate(_lines(text), start=1):
         content = line.strip(_BLANKS)
@@ -512,18 +566,29 @@ def parse_rules_with_lines(text: str | Iterable[str]) -> list[RuleLine]:
             rule = parse_rule(line)
         except RuleError as error:
             error.line = number
-            raise
+            errors.append(error)
+            continue
         folded = rule.name.casefold()
         if folded in seen:
             column = len(line) - len(line.lstrip(_BLANKS)) + 1
-            raise RuleError(column, "a rule name not used before", number)
+            errors.append(RuleError(column, "a rule name not used before", number))
+            continue
         seen.add(folded)
         rules.append(RuleLine(number, line, rule))
+    return rules, errors
+
+
+def parse_rules_with_lines(text: str | Iterable[str]) -> list[RuleLine]:
+    """``parse_rules``, with each rule's line number and text (for a caller that stores lines)."""
+    rules, errors = check_rules(text)
+    if errors:
+        raise errors[0]
     return rules
 
 
 def parse_rules(text: str | Iterable[str]) -> list[Rule]:
-    """Every rule of a rules file; blank lines and ``#`` comments are skipped.
+    """Every rule of a rules file; blank lines and ``#`` comments are skipped. The first
+    refused line raises its ``RuleError`` (``check_rules`` collects them all).
 
     Two names equal under ``casefold`` are refused (they would share one ledger).
     """

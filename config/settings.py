@@ -169,6 +169,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# The admin shows dates as the approver's pages do, with the time zone (config/formats/).
+FORMAT_MODULE_PATH = ["config.formats"]
 
 # --- Countersign ----------------------------------------------------------------------------
 COUNTERSIGN_HOLD_TIMEOUT = env_int("COUNTERSIGN_HOLD_TIMEOUT", 3600, minimum=1, maximum=31_536_000)

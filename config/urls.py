@@ -3,14 +3,25 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.views import LoginView
+from django.http import HttpRequest, HttpResponseRedirect
+from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 from approvals.api import api, api_not_found
 from config import bench
 
+
+def favicon_redirect(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers ask for ``/favicon.ico`` on pages that link no icon (the admin, the API's
+    docs): sent on to the icon in ``static/``, which WhiteNoise serves under its hashed,
+    long-cached name. Not permanent, because that name changes with the icon."""
+    return HttpResponseRedirect(static("img/favicon.ico"))
+
+
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
+    path("favicon.ico", favicon_redirect),
     # After logging in: the queue (Django's default, /accounts/profile/, is no page here).
     path(
         "accounts/login/",

@@ -49,6 +49,7 @@ class Client:
         self.base_url = protocol.base_url(base_url)
         self.timeout = timeout
         self._auth = protocol.auth_headers(token)
+        self._shown_url = str(httpx.URL(self.base_url).copy_with(userinfo=b""))
         self._own_http = http is None
         self._http = httpx.Client(timeout=timeout) if http is None else http
 
@@ -74,7 +75,9 @@ class Client:
         idempotency_key: str | None = None,
     ) -> CallState:
         """Submit a call and return its state, whose status is the verdict (``pending`` if
-        held). ``arguments`` is JSON text (sent as is) or anything ``json.dumps`` takes.
+        held). ``arguments`` is JSON text (sent as is) or anything ``json.dumps`` takes, and
+        ``Decimal`` amounts, sent as the number literals they spell (``12.34``); a ``Decimal``
+        cost in ``usage`` goes as its decimal string.
 
         Network errors and 502/503/504 are retried with the same Idempotency-Key, so a retry
         never creates a second call; other errors raise at once."""
@@ -147,12 +150,17 @@ class Client:
         *,
         principal: str | None = None,
         run_id: str | None = None,
+        context: protocol.GatedContext = None,
         deadline: float | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """A decorator: each call of the function is submitted as ``tool`` with the function's
         arguments by parameter name, and the function runs only if the call is allowed or
         approved. Otherwise ``Denied`` (with the status and comment); an error or an
-        unreachable service raises too, and the function does not run."""
+        unreachable service raises too, and the function does not run.
+
+        ``context`` is what the approver reads as the reason for the call: a string, or a
+        function given the arguments as submitted (name → value, defaults included) that
+        returns one for each call (docs/api.md, "The Python client")."""
 
         def decorate(function: Callable[P, R]) -> Callable[P, R]:
             signature = inspect.signature(function)
@@ -161,7 +169,12 @@ class Client:
             def gate(*args: P.args, **kwargs: P.kwargs) -> R:
                 arguments = protocol.bound_arguments(signature, args, kwargs)
                 state = self.call(
-                    tool, arguments, principal=principal, run_id=run_id, deadline=deadline
+                    tool,
+                    arguments,
+                    principal=principal,
+                    run_id=run_id,
+                    context=protocol.gated_context(context, arguments),
+                    deadline=deadline,
                 )
                 protocol.raise_unless_go(state)
                 return function(*args, **kwargs)
@@ -188,7 +201,7 @@ class Client:
                     method, self.base_url + path, content=content, headers=headers or self._auth
                 )
             except httpx.TransportError as error:
-                failure = type(error).__name__
+                failure = errors.UNREACHABLE.format(kind=type(error).__name__, url=self._shown_url)
                 continue
             if response.status_code not in protocol.RETRY_STATUSES:
                 return protocol.state_from(response)
@@ -241,6 +254,7 @@ class AsyncClient:
         self.base_url = protocol.base_url(base_url)
         self.timeout = timeout
         self._auth = protocol.auth_headers(token)
+        self._shown_url = str(httpx.URL(self.base_url).copy_with(userinfo=b""))
         self._own_http = http is None
         self._http = httpx.AsyncClient(timeout=timeout) if http is None else http
 
@@ -332,9 +346,11 @@ class AsyncClient:
         *,
         principal: str | None = None,
         run_id: str | None = None,
+        context: protocol.GatedContext = None,
         deadline: float | None = None,
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
-        """As ``Client.gated``, for ``async def`` functions."""
+        """As ``Client.gated``, for ``async def`` functions (a ``context`` function is a plain
+        one: it is called, not awaited)."""
 
         def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
             if not inspect.iscoroutinefunction(function):
@@ -345,7 +361,12 @@ class AsyncClient:
             async def gate(*args: P.args, **kwargs: P.kwargs) -> R:
                 arguments = protocol.bound_arguments(signature, args, kwargs)
                 state = await self.call(
-                    tool, arguments, principal=principal, run_id=run_id, deadline=deadline
+                    tool,
+                    arguments,
+                    principal=principal,
+                    run_id=run_id,
+                    context=protocol.gated_context(context, arguments),
+                    deadline=deadline,
                 )
                 protocol.raise_unless_go(state)
                 return await function(*args, **kwargs)
@@ -372,7 +393,7 @@ class AsyncClient:
                     method, self.base_url + path, content=content, headers=headers or self._auth
                 )
             except httpx.TransportError as error:
-                failure = type(error).__name__
+                failure = errors.UNREACHABLE.format(kind=type(error).__name__, url=self._shown_url)
                 continue
             if response.status_code not in protocol.RETRY_STATUSES:
                 return protocol.state_from(response)

@@ -33,9 +33,21 @@ SERVICE_UNAVAILABLE = (
     "The approval service could not be reached or failed ({detail}): the call is not approved; "
     "do not run it, and try again later."
 )
+# What could not be reached, so that a wrong port or host shows at once; the URL is the
+# service's base URL without any user:password in it (the token is never in a URL).
+UNREACHABLE = "{kind} at {url}"
 NOT_ASYNC = "AsyncClient.gated wraps async def functions; use Client.gated for plain ones."
 BAD_TOKEN = "The token must be visible ASCII characters without spaces: check the token."  # noqa: S105
 BAD_URL = "The service URL must start with http:// or https://."
+DECIMAL_NOT_FINITE = (
+    "A Decimal that is NaN or infinite is not a JSON number: nothing was submitted; "
+    "send a finite amount."
+)
+BAD_KEY = "keys must be str, int, float, bool or None, not {kind}"
+BAD_CONTEXT = (
+    "gated(context=...) is a string or a function of the call's arguments that returns one; "
+    "it returned something else, so nothing was submitted."
+)
 SERVICE_SAYS = " The service says: {detail}"
 NOT_A_STATE = "the answer is not a call state"
 DEADLINE_PASSED = (

@@ -10,9 +10,11 @@ import json
 import random
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 from email.utils import parsedate_to_datetime
+from types import MappingProxyType
 from typing import Any, TypeGuard
 from urllib.parse import quote
 
@@ -21,6 +23,8 @@ import httpx
 from countersign import errors
 
 CallState = dict[str, Any]
+# ``gated(context=...)``: the text itself, or a function of the call's arguments returning it.
+GatedContext = str | Callable[[Mapping[str, Any]], str] | None
 
 TOKEN = re.compile(r"[!-~]+", re.ASCII)  # visible ASCII, as a header value must be
 
@@ -58,11 +62,59 @@ def auth_headers(token: str) -> dict[str, str]:
 
 def arguments_text(arguments: object) -> str:
     """The arguments as JSON text: a string is taken to be that text already (as a model wrote
-    it) and is sent unchanged; anything else is serialised, refusing NaN and infinities, which
-    are not JSON."""
+    it) and is sent unchanged; anything else is serialised as ``json.dumps`` would, refusing
+    NaN and infinities, which are not JSON, with a ``Decimal`` written as the number literal it
+    spells (``Decimal("12.34")`` → ``12.34``; docs/api.md, "The Python client")."""
     if isinstance(arguments, str):
         return arguments
-    return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    return _json_text(arguments)
+
+
+def _finite(value: Decimal) -> Decimal:
+    if not value.is_finite():
+        raise ValueError(errors.DECIMAL_NOT_FINITE)
+    return value
+
+
+def _json_text(value: object) -> str:
+    # json has no hook that writes a raw number literal, so containers are walked here and
+    # everything else is json's own: the same separators, keys and errors as json.dumps.
+    if isinstance(value, Decimal):
+        # str of a finite Decimal is a JSON number, digit for digit (12.340, -0, 1E+2); never
+        # through float, which makes 0.1 0.1000000000000000055… and drops large amounts' digits.
+        return str(_finite(value))
+    if isinstance(value, dict):
+        members = (f"{_key_text(key)}: {_json_text(item)}" for key, item in value.items())
+        return "{" + ", ".join(members) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_json_text(item) for item in value) + "]"
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def _key_text(key: object) -> str:
+    if key is None or isinstance(key, bool | int | float):
+        key = json.dumps(key, allow_nan=False)  # as json.dumps writes such a key: "1", "true"
+    if not isinstance(key, str):
+        raise TypeError(errors.BAD_KEY.format(kind=type(key).__name__))
+    return json.dumps(key, ensure_ascii=False)
+
+
+def _usage_value(value: object) -> object:
+    """A cost given as a ``Decimal`` goes as the decimal string the API wants, in plain
+    notation (``1E-7`` would be refused as a cost)."""
+    return format(_finite(value), "f") if isinstance(value, Decimal) else value
+
+
+def gated_context(context: GatedContext, arguments: Mapping[str, Any]) -> str | None:
+    """The context a gated call is submitted with: ``context`` itself if it is text, else
+    what it returns for the call's arguments (name → value, as submitted; read-only). Anything
+    but text from it is a ``TypeError``, raised before anything is submitted."""
+    if context is None or isinstance(context, str):
+        return context
+    text = context(MappingProxyType(arguments))
+    if not isinstance(text, str):
+        raise TypeError(errors.BAD_CONTEXT)
+    return text
 
 
 def submit_body(
@@ -81,7 +133,9 @@ def submit_body(
         "principal": principal,
         "run_id": run_id,
         "context": context,
-        "usage": None if usage is None else dict(usage),
+        "usage": None
+        if usage is None
+        else {name: _usage_value(value) for name, value in usage.items()},
     }
     body.update({name: value for name, value in optional.items() if value is not None})
     return json.dumps(body, ensure_ascii=False, allow_nan=False).encode()

@@ -1,8 +1,15 @@
-"""The demo installation behind ``make run``: approvers, agents, the example rules and a
-two-approval gate. Idempotent: running it again keeps what exists and issues a new token."""
+"""The demo installation behind ``make run``: approvers, an admin, agents, the example rules
+and a two-approval gate. Idempotent: running it again keeps what exists, and keeps the demo
+agent's token working when it is given back (README.md, "A 60-second tour").
+
+What ``make run`` keeps between runs (the token it printed, the URL it served) lives in files
+under ``var/``, read and written here so that ``demo_setup`` and ``demo_agent`` agree on them.
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,47 +18,82 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Agent, AgentToken, Gate
-from approvals.services.agents import agent_create_or_update, agent_token_issue
+from approvals.services.agents import agent_create_or_update, agent_token_issue, token_digest
 from approvals.services.rules import gate_ensure, rules_import
 
 DEMO_PASSWORD = "countersign-demo"  # noqa: S105 - a published demo login on 127.0.0.1
 DEMO_APPROVERS = ("alice", "bob")
+DEMO_ADMIN = "admin"
 DEMO_AGENT = "demo-agent"
 DEMO_PROMPT_AGENT = "demo-intern"
 TWO_APPROVAL_GATE = "treasury"
+DEMO_TOKEN_FILE = "demo_token"  # noqa: S105 - a file name, not a secret
+DEMO_URL_FILE = "demo_url"
+DEMO_DEFAULT_URL = "http://127.0.0.1:8000"
+DECIDE_CODENAME = "decide_call"
 
 
 @dataclass(frozen=True, slots=True)
 class DemoSetup:
     approvers: tuple[str, ...]
+    admin: str
     password: str
     agent: str
     token: str
-    prompt_agent: str
-    prompt_token: str
+    token_reused: bool
 
 
 def _approver(username: str) -> None:
+    """An approver decides held calls on the approver's pages; the admin is someone else's
+    job, so an approver is not staff (staff without model permissions only meets "You don't
+    have permission to view or edit anything")."""
     user, created = User.objects.get_or_create(username=username)
     if created:
         user.set_password(DEMO_PASSWORD)
-        user.is_staff = True  # so the demo can open the admin too
-        user.save()
-    user.user_permissions.add(Permission.objects.get(codename="decide_call"))
+    user.is_staff = False
+    user.save()
+    user.user_permissions.add(Permission.objects.get(codename=DECIDE_CODENAME))
 
 
-def _fresh_token(agent: Agent) -> str:
-    """Revoke the demo agent's older tokens: only the one printed now works."""
+def _admin() -> None:
+    """The demo admin: staff with every permission of the approvals app but deciding, so
+    they edit rules, gates, agents, tokens, budgets, tool classes and permission rules and
+    read calls, ledgers and the audit log, while the approvers decide (docs/ui.md)."""
+    user, created = User.objects.get_or_create(username=DEMO_ADMIN)
+    if created:
+        user.set_password(DEMO_PASSWORD)
+    user.is_staff = True
+    user.save()
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="approvals").exclude(
+            codename=DECIDE_CODENAME
+        )
+    )
+
+
+def _demo_token(agent: Agent, stored: str | None) -> tuple[str, bool]:
+    """The stored token when it still works for ``agent``, so that restarting ``make run``
+    leaves running agents connected; else a new one, the agent's older tokens revoked first
+    (nobody holds a record of them any more), and whether it was reused."""
+    if (
+        stored
+        and AgentToken.objects.filter(
+            agent=agent, digest=token_digest(stored), revoked_at__isnull=True
+        ).exists()
+    ):
+        return stored, True
     AgentToken.objects.filter(agent=agent, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
-    return agent_token_issue(agent=agent)
+    return agent_token_issue(agent=agent), False
 
 
 @transaction.atomic
-def demo_ensure(*, rules_file: Path) -> DemoSetup:
+def demo_ensure(*, rules_file: Path, stored_token: str | None = None) -> DemoSetup:
+    """The demo, created or refreshed; ``stored_token`` is the token an earlier run printed."""
     for username in DEMO_APPROVERS:
         _approver(username)
+    _admin()
     rules_import(text=rules_file.read_text(encoding="utf-8"))
     gate_ensure(name=TWO_APPROVAL_GATE)
     Gate.objects.filter(name=TWO_APPROVAL_GATE).update(required_approvals=2)
@@ -59,14 +101,35 @@ def demo_ensure(*, rules_file: Path) -> DemoSetup:
     agent = agent_create_or_update(
         name=DEMO_AGENT, principal="acme-ops", mode=Agent.Mode.DANGER_FULL_ACCESS
     )
-    intern = agent_create_or_update(
-        name=DEMO_PROMPT_AGENT, principal="acme-ops", mode=Agent.Mode.PROMPT
-    )
+    agent_create_or_update(name=DEMO_PROMPT_AGENT, principal="acme-ops", mode=Agent.Mode.PROMPT)
+    token, reused = _demo_token(agent, stored_token)
     return DemoSetup(
         approvers=DEMO_APPROVERS,
+        admin=DEMO_ADMIN,
         password=DEMO_PASSWORD,
         agent=agent.name,
-        token=_fresh_token(agent),
-        prompt_agent=intern.name,
-        prompt_token=_fresh_token(intern),
+        token=token,
+        token_reused=reused,
     )
+
+
+def demo_state_read(*, var_dir: Path, name: str) -> str | None:
+    """A value an earlier ``make run`` kept under ``var_dir``; None when there is none."""
+    try:
+        return (var_dir / name).read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def demo_state_write(*, var_dir: Path, name: str, value: str) -> None:
+    """Keep ``value`` under ``var_dir`` readable by its owner only (``mkstemp`` creates the
+    file 0600), swapped into place whole so that a reader never sees half of it."""
+    var_dir.mkdir(parents=True, exist_ok=True)
+    fd, draft = tempfile.mkstemp(dir=var_dir, prefix=f".{name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(value + "\n")
+        os.replace(draft, var_dir / name)
+    except BaseException:
+        os.unlink(draft)
+        raise

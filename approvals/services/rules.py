@@ -1,11 +1,13 @@
 """Writes on cap rules and budgets: the line is the rule; its gates exist as soon as it does.
 
-Also the rules file: ``rules_import`` (all or nothing) and ``rules_export`` (canonical lines).
+Also the rules file: ``rules_import`` (all or nothing, docs/rules.md "Rules files") and
+``rules_export`` (canonical lines).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -13,12 +15,43 @@ from django.db import transaction
 import capcore
 from approvals.models import AuditEntry, Budget, CapRule, Gate
 from approvals.services.audit import audit_record, audit_snapshot
+from capcore.rules import check_rules
 
 _BLANKS = " \t"  # the grammar's blanks; any other character is the parser's to refuse
 
 
 class CapRuleNameTaken(Exception):
     """Another rule already has this name (names match under casefold)."""
+
+
+class RulesFileRefused(Exception):
+    """Lines of a rules file were refused: ``errors`` holds every one, in file order, each
+    with its line and column. Nothing was changed."""
+
+    def __init__(self, errors: list[capcore.RuleError]) -> None:
+        super().__init__(len(errors))
+        self.errors = tuple(errors)
+
+
+class RulesReplaceRefused(Exception):
+    """``replace`` would disable every enabled rule (``enabled`` of them), and ``force`` was
+    not given: the file names none of them, most likely the wrong or an empty file."""
+
+    def __init__(self, enabled: int) -> None:
+        super().__init__(enabled)
+        self.enabled = enabled
+
+
+@dataclass(frozen=True, slots=True)
+class RulesImported:
+    """What an import did, by rule name: the file's spelling for the rules it names, the
+    stored one for those it disabled. A rule whose stored line and state already were the
+    file's is ``unchanged`` and not saved again."""
+
+    created: tuple[str, ...]
+    updated: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    disabled: tuple[str, ...]
 
 
 def gate_ensure(*, name: str, by_user: User | None = None) -> Gate:
@@ -81,30 +114,55 @@ def cap_rule_save(
     return row
 
 
-def rules_import(*, text: str, replace: bool = False, by_user: User | None = None) -> list[CapRule]:
-    """Load a rules file: every line is checked first (``capcore.RuleError`` with its line and
-    column, nothing changed), then all are created or updated by casefolded name in one
+def rules_import(
+    *, text: str, replace: bool = False, force: bool = False, by_user: User | None = None
+) -> RulesImported:
+    """Load a rules file: every line is checked first (``RulesFileRefused`` with every bad
+    line, nothing changed), then all are created or updated by casefolded name in one
     transaction, enabled, the file's spelling winning. ``replace`` also disables every enabled
-    rule the file does not name."""
-    parsed = capcore.parse_rules_with_lines(text)
+    rule the file does not name — refused with ``RulesReplaceRefused`` when that is every
+    enabled rule, unless ``force``."""
+    parsed, errors = check_rules(text)
+    if errors:
+        raise RulesFileRefused(errors)
+    named = {line.rule.name.casefold() for line in parsed}
+    created: list[str] = []
+    updated: list[str] = []
+    unchanged: list[str] = []
+    disabled: list[str] = []
     with transaction.atomic():
-        saved = [
+        enabled = list(CapRule.objects.select_for_update().filter(enabled=True))
+        unnamed = [row for row in enabled if row.name_folded not in named] if replace else []
+        if unnamed and len(unnamed) == len(enabled) and not force:
+            raise RulesReplaceRefused(len(enabled))
+        stored = {row.name_folded: row for row in CapRule.objects.filter(name_folded__in=named)}
+        for line in parsed:
+            row = stored.get(line.rule.name.casefold())
+            if row is not None and row.enabled and row.line == line.text.strip(_BLANKS):
+                # Nothing to save; the gate is still made sure of, as on every import.
+                if line.rule.action.kind is capcore.ActionKind.GATE:
+                    gate_ensure(name=line.rule.action.gate, by_user=by_user)
+                unchanged.append(line.rule.name)
+                continue
             cap_rule_save(line=line.text, enabled=True, description=None, by_user=by_user)
-            for line in parsed
-        ]
-        if replace:
-            named = {line.rule.name.casefold() for line in parsed}
-            for row in CapRule.objects.filter(enabled=True).exclude(name_folded__in=named):
-                row.enabled = False
-                row.save(update_fields=["enabled", "updated_at"])
-                audit_record(
-                    action=AuditEntry.Action.CAP_RULE_DISABLED,
-                    obj=row,
-                    user=by_user,
-                    before="enabled",
-                    after="disabled (not in the imported rules file)",
-                )
-    return saved
+            (created if row is None else updated).append(line.rule.name)
+        for row in sorted(unnamed, key=lambda r: r.name_folded):
+            row.enabled = False
+            row.save(update_fields=["enabled", "updated_at"])
+            audit_record(
+                action=AuditEntry.Action.CAP_RULE_DISABLED,
+                obj=row,
+                user=by_user,
+                before="enabled",
+                after="disabled (not in the imported rules file)",
+            )
+            disabled.append(row.name)
+    return RulesImported(
+        created=tuple(created),
+        updated=tuple(updated),
+        unchanged=tuple(unchanged),
+        disabled=tuple(disabled),
+    )
 
 
 def rules_file_text(*, rules: Iterable[CapRule]) -> str:

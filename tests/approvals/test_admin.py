@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -15,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 import capcore
-from approvals.admin import BAD_GATE_NAME, GateForm
+from approvals.admin import BAD_GATE_NAME, CARET_CONTEXT, GateForm, rule_line_caret
 from approvals.models import (
     Agent,
     AgentToken,
@@ -125,12 +126,62 @@ def test_a_bad_rule_line_shows_the_column_and_never_the_text(admin_client: Clien
     response = admin_client.post(url(CapRule, "add"), {"line": line, "enabled": "on"})
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors["line"]
-    assert errors == ["column 25: expected a currency code (3 upper-case letters)"]
+    assert errors == [
+        "column 25: expected a currency code (3 upper-case letters)",
+        rule_line_caret(line, 25),
+    ]
     page = response.content.decode()
     assert "column 25: expected" in page
-    # Only the input box gives back what was typed; no message repeats it.
-    assert page.count("ZQXJ77") == 1
+    # The message never repeats what was typed: only the input box and the caret view do.
+    assert page.count("ZQXJ77") == 2
     assert re.search(r'<input[^>]*value="big: pay arg=amount max ZQXJ77', page)
+    assert f"<pre>{line.replace('>', '&gt;')}\n{' ' * 24}^</pre>" in page
+    assert not CapRule.objects.exists()
+
+
+def test_the_caret_view_points_at_the_column() -> None:
+    assert rule_line_caret("r: pay arg=amount MAX", 19) == (
+        f"<pre>r: pay arg=amount MAX\n{' ' * 18}^</pre>"
+    )
+    # A token missing at the end: the caret is just after the line.
+    assert rule_line_caret("r: pay", 7) == "<pre>r: pay\n      ^</pre>"
+
+
+def test_the_caret_view_shows_invisible_characters_and_escapes_the_line() -> None:
+    # A tab is one column and one blank; a no-break space is shown as U+FFFD.
+    assert rule_line_caret("r:\tpay arg=amount\u00a0max", 18) == (
+        f"<pre>r: pay arg=amount\ufffdmax\n{' ' * 17}^</pre>"
+    )
+    assert rule_line_caret("<b>x</b>: &", 1) == "<pre>&lt;b&gt;x&lt;/b&gt;: &amp;\n^</pre>"
+    # A wide character takes two cells, a combining mark none.
+    assert rule_line_caret("漢e\u0301 x", 5) == "<pre>漢e\u0301 x\n    ^</pre>"
+
+
+def test_the_caret_view_of_a_long_line_shows_the_part_around_the_column() -> None:
+    line = "a" * 200 + "!" + "b" * 200
+    view = rule_line_caret(line, 201)
+    first, second = view.removeprefix("<pre>").removesuffix("</pre>").split("\n")
+    assert first == "…" + "a" * CARET_CONTEXT + "!" + "b" * (CARET_CONTEXT - 1) + "…"
+    assert second == " " * (CARET_CONTEXT + 1) + "^"
+
+
+def test_the_admin_names_an_invisible_character_and_points_at_it(admin_client: Client) -> None:
+    line = "big: pay arg=amount\u00a0max USD 500.00 -> gate"
+    response = admin_client.post(url(CapRule, "add"), {"line": line, "enabled": "on"})
+    page = response.content.decode()
+    shown = "column 20: expected &#x27;max&#x27; or &#x27;sum&#x27;, found U+00A0 NO-BREAK SPACE"
+    assert shown in page
+    assert f"<pre>big: pay arg=amount\ufffdmax USD 500.00 -&gt; gate\n{' ' * 19}^</pre>" in page
+
+
+def test_the_admin_says_how_to_fix_a_code_without_minor_unit(admin_client: Client) -> None:
+    line = "metal: buy arg=g max XAU 10 -> refuse"
+    response = admin_client.post(url(CapRule, "add"), {"line": line, "enabled": "on"})
+    errors = response.context["adminform"].form.errors["line"]
+    assert errors[0] == (
+        "column 22: expected exponent=N after the amount: XAU has no minor unit in ISO 4217"
+        " (e.g. XAU 10 exponent=3)"
+    )
     assert not CapRule.objects.exists()
 
 
@@ -404,3 +455,46 @@ def test_agents_are_added_and_changed_in_admin_with_their_tokens_listed(
     changed = AuditEntry.objects.get(action="admin change", object_type="agent")
     assert '"active": true' in changed.before
     assert '"active": false' in changed.after
+
+
+# --- Admin roughness (issue 19): names, dates, styles, the icon -----------------------------
+
+INLINE_STYLE = re.compile(r"<[^>]+\sstyle=", re.IGNORECASE)
+
+
+def test_ledger_entries_are_named_in_the_plural(admin_client: Client) -> None:
+    assert LedgerEntry._meta.verbose_name_plural == "ledger entries"
+    page = admin_client.get(reverse("admin:index")).content.decode()
+    assert "Ledger entries" in page
+    assert "entrys" not in page
+
+
+@pytest.mark.usefixtures("some_of_everything")
+def test_admin_dates_name_their_time_zone_as_the_approver_pages_do(admin_client: Client) -> None:
+    call = Call.objects.order_by("created_at").first()
+    assert call is not None
+    shown = f"{call.created_at:%Y-%m-%d %H:%M:%S} UTC"
+    assert shown in admin_client.get(url(Call, "changelist")).content.decode()
+    assert shown in admin_client.get(url(Call, "change", call.pk)).content.decode()
+
+
+def test_the_broken_rule_marker_is_styled_by_the_admin_stylesheet(admin_client: Client) -> None:
+    """The Content-Security-Policy blocks inline styles: the marker's red is a class."""
+    cap_rule_save(line="big: pay arg=amount max USD 500.00 -> gate")
+    cap_rule_save(line="old: pay arg=amount max USD 5.00 -> gate", enabled=False)
+    CapRule.objects.update(line="x: pay arg=amount max QQQ 500.00 -> gate")
+    page = admin_client.get(url(CapRule, "changelist")).content.decode()
+    assert '<link rel="stylesheet" href="/static/css/admin.css">' in page
+    assert '<strong class="cs-broken cs-broken-enabled">' in page
+    assert '<strong class="cs-broken">' in page
+    assert INLINE_STYLE.search(page) is None
+
+
+def test_favicon_ico_is_sent_on_to_the_icon_in_static(client: Client, settings: Any) -> None:
+    response = client.get("/favicon.ico")
+    assert (response.status_code, response["Location"]) == (302, "/static/img/favicon.ico")
+    # WhiteNoise serves it (from the source tree here: the tests run no collectstatic).
+    settings.WHITENOISE_USE_FINDERS = True
+    icon = Client().get("/favicon.ico", follow=True)
+    assert icon.status_code == 200
+    assert icon["Content-Type"].startswith("image/")

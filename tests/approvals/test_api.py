@@ -1204,25 +1204,48 @@ def test_an_empty_run_id_filter_lists_the_default_run(agent: Agent) -> None:
     assert ([item["id"] for item in listed["items"]], listed["count"]) == ([default_run], 1)
 
 
+LIMIT_REFUSED = "The query parameter limit is malformed or out of range (1 to 100)."
+OFFSET_REFUSED = "The query parameter offset is malformed or out of range (0 to 1000000000)."
+STATUS_REFUSED = (
+    "The query parameter status is malformed or out of range "
+    "(one of allowed, refused, pending, approved, denied, expired, cancelled)."
+)
+
+
 @pytest.mark.parametrize(
-    "query",
+    ("query", "message"),
     [
-        {"limit": "0"},
-        {"limit": "101"},
-        {"limit": "-1"},
-        {"limit": "abc"},
-        {"limit": ""},
-        {"limit": "1.5"},
-        {"limit": " 5"},
-        {"offset": "-1"},
-        {"offset": "x"},
-        {"status": "bogus"},
-        {"status": "Pending"},
-        {"status": ""},
+        ({"limit": "0"}, LIMIT_REFUSED),
+        ({"limit": "101"}, LIMIT_REFUSED),
+        ({"limit": "-1"}, LIMIT_REFUSED),
+        ({"limit": "abc"}, LIMIT_REFUSED),
+        ({"limit": ""}, LIMIT_REFUSED),
+        ({"limit": "1.5"}, LIMIT_REFUSED),
+        ({"limit": " 5"}, LIMIT_REFUSED),
+        ({"offset": "-1"}, OFFSET_REFUSED),
+        ({"offset": "x"}, OFFSET_REFUSED),
+        ({"status": "bogus"}, STATUS_REFUSED),
+        ({"status": "Pending"}, STATUS_REFUSED),
+        ({"status": ""}, STATUS_REFUSED),
+        ({"status": "pending", "limit": "7", "offset": "-7"}, OFFSET_REFUSED),
     ],
 )
-def test_a_malformed_list_query_is_400(agent: Agent, query: dict[str, str]) -> None:
-    assert assert_error(bearer().get(CALLS, query), 400, "bad_request") == errors.BAD_QUERY
+def test_a_malformed_list_query_is_400_naming_the_parameter(
+    agent: Agent, query: dict[str, str], message: str
+) -> None:
+    assert assert_error(bearer().get(CALLS, query), 400, "bad_request") == message
+
+
+def test_a_run_id_with_nul_is_400_naming_the_parameter(agent: Agent) -> None:
+    refused = assert_error(bearer().get(CALLS, {"run_id": f"{SECRET}\x00"}), 400, "bad_request")
+    assert refused == errors.BAD_QUERY.format(name="run_id", expected=errors.QUERY_NO_NUL)
+    assert SECRET not in refused
+
+
+def test_the_refusal_names_the_parameter_never_the_value(agent: Agent) -> None:
+    refused = assert_error(bearer().get(CALLS, {"limit": SECRET}), 400, "bad_request")
+    assert refused == LIMIT_REFUSED
+    assert SECRET not in assert_error(bearer().get(CALLS, {"status": SECRET}), 400)
 
 
 def test_the_currency_table_needs_no_token(db: None) -> None:
@@ -1231,6 +1254,7 @@ def test_the_currency_table_needs_no_token(db: None) -> None:
     table = response.json()
     assert (table["JPY"], table["BHD"], table["USD"], table["EUR"]) == (0, 3, 2, 2)
     assert all(isinstance(value, int) for value in table.values())
+    assert list(table) == sorted(table)  # the text's own order (dicts keep it), as documented
 
 
 def test_the_openapi_document_lists_every_operation(db: None) -> None:
@@ -1270,7 +1294,7 @@ def test_the_openapi_document_states_the_limits_the_server_enforces(
     # The documented maximum is served, and just past it is refused.
     assert bearer().get("/api/v1/calls?offset=1000000000").status_code == 200
     refused = bearer().get("/api/v1/calls?offset=1000000001")
-    assert refused.json()["error"]["message"] == errors.BAD_QUERY
+    assert refused.json()["error"]["message"] == OFFSET_REFUSED
 
 
 def test_the_documented_call_state_is_what_the_api_sends(db: None) -> None:
@@ -1430,13 +1454,14 @@ async def _count_calls() -> int:
 
 
 def _assert_413(response: Mapping[str, Any]) -> None:
+    """The 413 of these tests' 1024-byte limit, which it states."""
     assert response["status"] == 413
     headers = dict(response["headers"])
     assert headers[b"content-type"] == b"application/json"
     assert json.loads(response["body"]) == {
         "error": {
             "code": "body_too_large",
-            "message": "The request body is larger than this server accepts.",
+            "message": "The request body is larger than this server accepts (1024 bytes).",
         }
     }
 

@@ -12,7 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from approvals.models import Agent, AgentToken, Call, CapRule
+from approvals.management.commands.import_rules import NOTHING_CHANGED, REPLACE_REFUSED
+from approvals.models import Agent, AgentToken, AuditEntry, Call, CapRule
 from approvals.services.agents import agent_authenticate, agent_token_revoke
 from approvals.services.rules import cap_rule_save
 from tests.factories import agent_make, call_make, payment, rule_make
@@ -74,7 +75,7 @@ def test_import_rules_loads_a_file(tmp_path: Path) -> None:
     path = tmp_path / "rules.txt"
     path.write_text("# finance\n\n" + GOOD)
     out, err = run("import_rules", str(path))
-    assert out == "imported 1 rule\n"
+    assert out == "created 1 rule: big\nupdated 0 rules\nunchanged 0 rules\ndisabled 0 rules\n"
     assert err == ""
     assert CapRule.objects.get().line == GOOD.strip()
 
@@ -91,7 +92,11 @@ def test_import_rules_is_all_or_nothing(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as caught:
         call_command("import_rules", str(path), "--replace", stdout=io.StringIO(), stderr=err)
     assert caught.value.code == 1
-    assert err.getvalue() == f"{path}:3:25: expected a currency code (3 upper-case letters)\n"
+    assert err.getvalue() == (
+        f"{path}:3:25: expected a currency code (3 upper-case letters)\n"
+        + NOTHING_CHANGED.format(path=path, count=1, s="")
+        + "\n"
+    )
     assert "ZQXJ77" not in err.getvalue()
     assert list(CapRule.objects.values_list("line", flat=True)) == [
         "big: pay arg=amount max USD 1.00 -> refuse"
@@ -110,8 +115,108 @@ def test_import_rules_exits_with_status_1_from_manage_py(tmp_path: Path) -> None
         check=False,
     )
     assert done.returncode == 1
-    assert done.stderr == f"{path}:4:37: expected 'gate' or 'refuse'\n"
+    assert done.stderr == (
+        f"{path}:4:37: expected 'gate' or 'refuse'\n{path}: 1 bad line; nothing changed\n"
+    )
     assert done.stdout == ""
+
+
+def fail(*args: str) -> str:
+    """Run a command that must exit with status 1; its stderr."""
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as caught:
+        call_command(*args, stdout=io.StringIO(), stderr=err)
+    assert caught.value.code == 1
+    return err.getvalue()
+
+
+def test_import_rules_reports_every_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "rules.txt"
+    path.write_text(
+        GOOD
+        + "a: pay arg=amount max ZQXJ77 1 -> refuse\n"
+        + "b: pay arg=amount max XAU 1 -> refuse\n"
+        + "# c\n"
+        + "c: pay arg=amount\u00a0max USD 1 -> refuse\n"
+        + "d: pay arg=amount max USD 1 -> gate ZQXJ77 more\n"
+        + "BIG: pay arg=amount max USD 1 -> refuse\n"
+        + "e: pay arg=amount sum USD 1 per year -> refuse\n"
+        + "f: pay\n"
+    )
+    err = fail("import_rules", str(path), "--replace")
+    assert err.split("\n") == [
+        f"{path}:2:23: expected a currency code (3 upper-case letters)",
+        f"{path}:3:23: expected exponent=N after the amount: XAU has no minor unit in ISO 4217"
+        " (e.g. XAU 10 exponent=3)",
+        f"{path}:5:18: expected 'max' or 'sum', found U+00A0 NO-BREAK SPACE",
+        f"{path}:6:44: expected the end of the line",
+        f"{path}:7:1: expected a rule name not used before",
+        f"{path}:8:33: expected a window: 'day', 'week', 'month' or a count with m, h or d",
+        f"{path}:9:7: expected 'arg='",
+        NOTHING_CHANGED.format(path=path, count=7, s="s"),
+        "",
+    ]
+    assert "ZQXJ77" not in err
+    assert not CapRule.objects.exists()
+
+
+def test_import_rules_prints_created_updated_unchanged_and_disabled(tmp_path: Path) -> None:
+    cap_rule_save(line="big: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="same: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="old: pay arg=amount max USD 1.00 -> refuse")
+    path = tmp_path / "rules.txt"
+    path.write_text(
+        GOOD
+        + "same: pay arg=amount max USD 1.00 -> refuse\n"
+        + "new-one: pay arg=amount max USD 1.00 -> refuse\n"
+        + "new-two: pay arg=amount max USD 1.00 -> refuse\n"
+    )
+    out, err = run("import_rules", str(path), "--replace")
+    assert out.split("\n") == [
+        "created 2 rules: new-one, new-two",
+        "updated 1 rule: big",
+        "unchanged 1 rule: same",
+        "disabled 1 rule: old",
+        "",
+    ]
+    assert err == ""
+
+
+@pytest.mark.parametrize(
+    "content", ["", "# nothing here\n", "other: pay arg=x max USD 1 -> gate\n"]
+)
+def test_import_rules_replace_that_would_disable_every_rule_is_refused(
+    tmp_path: Path, content: str
+) -> None:
+    cap_rule_save(line="a: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="b: pay arg=amount max USD 1.00 -> refuse")
+    path = tmp_path / "empty.txt"
+    path.write_text(content)
+    entries = AuditEntry.objects.count()
+    err = fail("import_rules", str(path), "--replace")
+    assert err == REPLACE_REFUSED.format(path=path, count=2) + "\n"
+    assert "--force" in err
+    assert CapRule.objects.filter(enabled=True).count() == 2
+    assert not CapRule.objects.filter(name="other").exists()
+    assert AuditEntry.objects.count() == entries
+
+
+def test_import_rules_replace_with_force_disables_every_rule(tmp_path: Path) -> None:
+    cap_rule_save(line="a: pay arg=amount max USD 1.00 -> refuse")
+    path = tmp_path / "empty.txt"
+    path.write_text("")
+    out, _ = run("import_rules", str(path), "--replace", "--force")
+    assert out.split("\n")[-2] == "disabled 1 rule: a"
+    assert not CapRule.objects.filter(enabled=True).exists()
+
+
+def test_import_rules_of_an_empty_file_without_replace_changes_nothing(tmp_path: Path) -> None:
+    cap_rule_save(line="a: pay arg=amount max USD 1.00 -> refuse")
+    path = tmp_path / "empty.txt"
+    path.write_text("")
+    out, _ = run("import_rules", str(path))
+    assert out == "created 0 rules\nupdated 0 rules\nunchanged 0 rules\ndisabled 0 rules\n"
+    assert CapRule.objects.get().enabled
 
 
 def test_import_rules_of_a_missing_file_fails_cleanly(tmp_path: Path) -> None:
@@ -135,6 +240,7 @@ def test_import_rules_of_a_non_utf8_file_fails_cleanly(tmp_path: Path) -> None:
 
 def test_import_rules_replace_disables_missing_rules(tmp_path: Path) -> None:
     cap_rule_save(line="old: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="big: pay arg=amount max USD 1.00 -> refuse")
     path = tmp_path / "rules.txt"
     path.write_text(GOOD)
     run("import_rules", str(path), "--replace")

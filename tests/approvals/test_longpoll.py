@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import ApplicationCommunicator, HttpCommunicator
 from django.utils import timezone
 
+from approvals import errors
 from approvals.models import Call
 from approvals.services.decisions import call_decide
 from config.asgi import application
@@ -109,12 +110,26 @@ async def test_the_deadline_expires_the_call_for_the_waiter() -> None:
     assert state["decision"]["by"] is None
 
 
-@pytest.mark.parametrize("query", ["timeout=abc", "timeout=-1", "timeout=61", "timeout=1.5"])
-async def test_a_bad_timeout_is_400(query: str) -> None:
+@pytest.mark.parametrize(
+    "query", ["timeout=abc", "timeout=-1", "timeout=61", "timeout=1.5", "timeout=7&timeout=x"]
+)
+async def test_a_bad_timeout_is_400_naming_the_parameter_and_its_range(query: str) -> None:
     call = await sync_to_async(_held_call)()
     status, body = await _answer(_wait(call.pk, query))
     assert status == 400
-    assert body["error"]["code"] == "bad_request"
+    assert body["error"] == {
+        "code": "bad_request",
+        "message": "The query parameter timeout is malformed or out of range (0 to 60).",
+    }
+
+
+async def test_the_timeout_range_is_the_servers_own(settings: Any) -> None:
+    settings.COUNTERSIGN_MAX_WAIT = 5
+    call = await sync_to_async(_held_call)()
+    _, body = await _answer(_wait(call.pk, "timeout=6"))
+    assert body["error"]["message"] == errors.BAD_QUERY.format(
+        name="timeout", expected=errors.QUERY_RANGE.format(low=0, high=5)
+    )
 
 
 async def test_without_a_token_it_is_401_with_the_challenge() -> None:

@@ -11,6 +11,9 @@ import capcore
 from approvals.models import AuditEntry, Budget, CapRule, Gate
 from approvals.services.rules import (
     CapRuleNameTaken,
+    RulesFileRefused,
+    RulesImported,
+    RulesReplaceRefused,
     budget_save,
     cap_rule_save,
     rules_export,
@@ -55,15 +58,13 @@ def test_editing_a_row_can_rename_it_but_not_onto_another_rule() -> None:
 
 
 def test_import_creates_every_rule_and_its_gates() -> None:
-    saved = rules_import(text=EXAMPLES)
-    assert [row.name for row in saved] == [
-        "big-payment",
-        "daily-spend",
-        "wire-cap",
-        "per-payee",
-        "refunds",
-        "metal",
-    ]
+    done = rules_import(text=EXAMPLES)
+    assert done == RulesImported(
+        created=("big-payment", "daily-spend", "wire-cap", "per-payee", "refunds", "metal"),
+        updated=(),
+        unchanged=(),
+        disabled=(),
+    )
     assert set(Gate.objects.values_list("name", flat=True)) == {"", "finance", "treasury"}
     assert CapRule.objects.filter(enabled=True).count() == 6
 
@@ -75,9 +76,9 @@ def test_a_bad_line_changes_nothing() -> None:
         "new: pay arg=amount max USD 1.00 -> gate newgate\n"
         "broken: pay arg=amount max usd 1.00 -> refuse\n"
     )
-    with pytest.raises(capcore.RuleError) as caught:
+    with pytest.raises(RulesFileRefused) as caught:
         rules_import(text=text, replace=True)
-    assert (caught.value.line, caught.value.column) == (3, 28)
+    assert [(error.line, error.column) for error in caught.value.errors] == [(3, 28)]
     assert lines_by_name() == {"keep": "keep: pay arg=amount max USD 1.00 -> refuse"}
     assert not Gate.objects.filter(name="newgate").exists()
 
@@ -93,17 +94,26 @@ def test_names_match_under_casefold_and_the_file_spelling_wins() -> None:
 
 def test_two_names_equal_under_casefold_in_one_file_are_refused() -> None:
     text = "a: pay arg=x max USD 1 -> refuse\nA: pay arg=x max USD 2 -> refuse\n"
-    with pytest.raises(capcore.RuleError) as caught:
+    with pytest.raises(RulesFileRefused) as caught:
         rules_import(text=text)
-    assert caught.value.line == 2
+    assert [error.line for error in caught.value.errors] == [2]
     assert not CapRule.objects.exists()
 
 
 def test_replace_disables_the_rules_not_in_the_file() -> None:
     cap_rule_save(line="old: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="stays: pay arg=amount max USD 1.00 -> refuse")
     cap_rule_save(line="kept: pay arg=amount max USD 1.00 -> refuse", enabled=False)
-    rules_import(text="kept: pay arg=amount max USD 3.00 -> refuse\n", replace=True)
-    assert dict(CapRule.objects.values_list("name", "enabled")) == {"old": False, "kept": True}
+    rules_import(
+        text="kept: pay arg=amount max USD 3.00 -> refuse\n"
+        "stays: pay arg=amount max USD 1.00 -> refuse\n",
+        replace=True,
+    )
+    assert dict(CapRule.objects.values_list("name", "enabled")) == {
+        "old": False,
+        "stays": True,
+        "kept": True,
+    }
     assert AuditEntry.objects.filter(action="cap rule disabled").count() == 1
 
 
@@ -124,9 +134,155 @@ def test_crlf_files_import() -> None:
 
 
 def test_a_stray_carriage_return_inside_a_line_is_refused() -> None:
-    with pytest.raises(capcore.RuleError) as caught:
+    with pytest.raises(RulesFileRefused) as caught:
         rules_import(text="a: pay arg=x max USD 1\r -> refuse\n")
-    assert (caught.value.line, caught.value.column) == (1, 23)
+    [error] = caught.value.errors
+    assert (error.line, error.column) == (1, 23)
+    assert error.found == "U+000D CARRIAGE RETURN"
+
+
+def test_every_bad_line_is_reported_and_nothing_changes() -> None:
+    cap_rule_save(line="keep: pay arg=amount max USD 1.00 -> refuse")
+    text = (
+        "keep: pay arg=amount max USD 9.00 -> refuse\n"
+        "a: pay arg=amount max usd 1 -> refuse\n"
+        "b: pay arg=amount max XAU 1 -> refuse\n"
+        "# fine\n"
+        "c: pay arg=amount\u00a0max USD 1 -> refuse\n"
+        "new: pay arg=amount max USD 1 -> gate newgate\n"
+        "A: pay arg=amount max USD 1 -> refuse\n"
+        "d: pay arg=amount max USD 1 -> refuse trailing\n"
+    )
+    with pytest.raises(RulesFileRefused) as caught:
+        rules_import(text=text, replace=True)
+    assert [(e.line, e.column) for e in caught.value.errors] == [
+        (2, 23),
+        (3, 23),
+        (5, 18),
+        (8, 39),
+    ]
+    assert [str(e) for e in caught.value.errors] == [
+        "line 2, column 23: expected a currency code (3 upper-case letters)",
+        "line 3, column 23: expected exponent=N after the amount: XAU has no minor unit in"
+        " ISO 4217 (e.g. XAU 10 exponent=3)",
+        "line 5, column 18: expected 'max' or 'sum', found U+00A0 NO-BREAK SPACE",
+        "line 8, column 39: expected the end of the line",
+    ]
+    assert lines_by_name() == {"keep": "keep: pay arg=amount max USD 1.00 -> refuse"}
+    assert not Gate.objects.filter(name="newgate").exists()
+    assert not AuditEntry.objects.filter(action="cap rule disabled").exists()
+
+
+def test_a_duplicate_name_is_reported_with_the_other_bad_lines() -> None:
+    text = "a: pay arg=x max USD 1 -> refuse\nb: pay arg=x\nA: pay arg=x max USD 2 -> refuse\n"
+    with pytest.raises(RulesFileRefused) as caught:
+        rules_import(text=text)
+    assert [(e.line, e.expected) for e in caught.value.errors] == [
+        (2, "'max' or 'sum'"),
+        (3, "a rule name not used before"),
+    ]
+    assert not CapRule.objects.exists()
+
+
+def test_the_summary_names_created_updated_unchanged_and_disabled_rules() -> None:
+    cap_rule_save(line="same: pay arg=amount max USD 1.00 -> gate g1")
+    cap_rule_save(line="Changed: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="off: pay arg=amount max USD 1.00 -> refuse", enabled=False)
+    cap_rule_save(line="gone: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="also-gone: pay arg=amount max USD 1.00 -> refuse")
+    saves = AuditEntry.objects.filter(action="cap rule saved").count()
+    done = rules_import(
+        text=(
+            "  same: pay arg=amount max USD 1.00 -> gate g1\t\n"
+            "changed: pay arg=amount max USD 2.00 -> refuse\n"
+            "off: pay arg=amount max USD 1.00 -> refuse\n"
+            "fresh: pay arg=amount max USD 1.00 -> refuse\n"
+        ),
+        replace=True,
+    )
+    assert done == RulesImported(
+        created=("fresh",),
+        updated=("changed", "off"),
+        unchanged=("same",),
+        disabled=("also-gone", "gone"),
+    )
+    # An unchanged rule is not saved again: three saves, not four.
+    assert AuditEntry.objects.filter(action="cap rule saved").count() == saves + 3
+    assert dict(CapRule.objects.values_list("name", "enabled")) == {
+        "same": True,
+        "changed": True,
+        "off": True,
+        "fresh": True,
+        "gone": False,
+        "also-gone": False,
+    }
+
+
+def test_an_unchanged_rule_still_gets_its_missing_gate() -> None:
+    cap_rule_save(line="same: pay arg=amount max USD 1.00 -> gate g1")
+    Gate.objects.filter(name="g1").delete()
+    done = rules_import(text="same: pay arg=amount max USD 1.00 -> gate g1\n")
+    assert done.unchanged == ("same",)
+    assert Gate.objects.filter(name="g1").exists()
+
+
+def test_importing_the_same_file_twice_changes_nothing_the_second_time() -> None:
+    rules_import(text=EXAMPLES)
+    entries = AuditEntry.objects.count()
+    done = rules_import(text=EXAMPLES, replace=True)
+    assert done.created == done.updated == done.disabled == ()
+    assert len(done.unchanged) == 6
+    assert AuditEntry.objects.count() == entries
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("# only comments\n\n", id="comments"),
+        pytest.param("other: pay arg=amount max USD 1 -> refuse\n", id="only-new-rules"),
+    ],
+)
+def test_replace_that_would_disable_every_enabled_rule_is_refused(text: str) -> None:
+    cap_rule_save(line="a: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="b: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="c: pay arg=amount max USD 1.00 -> refuse", enabled=False)
+    before = AuditEntry.objects.count()
+    with pytest.raises(RulesReplaceRefused) as caught:
+        rules_import(text=text, replace=True)
+    assert caught.value.enabled == 2
+    assert dict(CapRule.objects.values_list("name", "enabled")) == {
+        "a": True,
+        "b": True,
+        "c": False,
+    }
+    assert AuditEntry.objects.count() == before
+
+
+def test_replace_with_force_disables_every_enabled_rule() -> None:
+    cap_rule_save(line="a: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="b: pay arg=amount max USD 1.00 -> refuse")
+    done = rules_import(text="", replace=True, force=True)
+    assert done.disabled == ("a", "b")
+    assert not CapRule.objects.filter(enabled=True).exists()
+
+
+def test_replace_that_keeps_one_enabled_rule_needs_no_force() -> None:
+    cap_rule_save(line="a: pay arg=amount max USD 1.00 -> refuse")
+    cap_rule_save(line="b: pay arg=amount max USD 1.00 -> refuse")
+    done = rules_import(text="a: pay arg=amount max USD 1.00 -> refuse\n", replace=True)
+    assert (done.unchanged, done.disabled) == (("a",), ("b",))
+
+
+def test_replace_with_no_enabled_rules_is_not_refused() -> None:
+    cap_rule_save(line="a: pay arg=amount max USD 1.00 -> refuse", enabled=False)
+    assert rules_import(text="", replace=True) == RulesImported((), (), (), ())
+
+
+def test_an_empty_file_without_replace_changes_nothing() -> None:
+    cap_rule_save(line="a: pay arg=amount max USD 1.00 -> refuse")
+    assert rules_import(text="") == RulesImported((), (), (), ())
+    assert CapRule.objects.get().enabled
 
 
 def test_export_is_canonical_sorted_and_skips_disabled_rules() -> None:
@@ -171,9 +327,15 @@ def test_the_examples_of_docs_rules_md_hold() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
     examples = re.search(r"## Examples\n\n```\n(.*?)```", doc, re.DOTALL)
     assert examples is not None
-    assert len(rules_import(text=examples.group(1))) == 6
+    assert len(rules_import(text=examples.group(1)).created) == 6
     with pytest.raises(capcore.RuleError) as caught:
         capcore.parse_rule("big: pay arg=amount max usd 500 -> gate")
-    assert f"column 25: expected {caught.value.expected}" in doc
+    assert f"column 25: {caught.value.message}" in doc
+    with pytest.raises(capcore.RuleError) as caught:
+        capcore.parse_rule("metal: buy_metal arg=grams max XAU 10 -> refuse")
+    assert f"column 32: {caught.value.message}" in doc
+    with pytest.raises(capcore.RuleError) as caught:
+        capcore.parse_rule("big: pay arg=amount\u00a0max USD 500 -> gate")
+    assert f"column 20: {caught.value.message}" in doc
     messy = "Alpha:  pay,  send arg=amount   max EUR 1.5 -> refuse"
     assert f"{messy}\n{capcore.parse_rule(messy).to_line()}\n" in doc

@@ -35,7 +35,13 @@ from capcore import (
     parse_rules,
     parse_rules_with_lines,
 )
-from capcore.rules import MAX_NAME_LENGTH, MAX_TOOL_LENGTH, MAX_WINDOW_SECONDS
+from capcore.rules import (
+    MAX_NAME_LENGTH,
+    MAX_TOOL_LENGTH,
+    MAX_WINDOW_SECONDS,
+    check_rules,
+    name_of_character,
+)
 from tests.capcore.conftest import assert_no_leak
 
 DEFAULT_GATE = Action(ActionKind.GATE, "")
@@ -63,7 +69,15 @@ def refused(line: str) -> RuleError:
     assert isinstance(error.expected, str)
     assert error.expected
     assert 1 <= error.column <= len(line) + 1
-    assert str(error) == f"column {error.column}: expected {error.expected}"
+    assert str(error) == f"column {error.column}: {error.message}"
+    at = line[error.column - 1 : error.column]
+    if at and not ("!" <= at <= "~"):
+        # Not visible ASCII: named by code point, as the message says.
+        assert error.found == name_of_character(at)
+        assert error.message == f"expected {error.expected}, found {error.found}"
+    else:
+        assert error.found is None
+        assert error.message == f"expected {error.expected}"
     return error
 
 
@@ -72,7 +86,7 @@ def refused_file(text: str | list[str]) -> RuleError:
         parse_rules(text)
     error = info.value
     assert error.line is not None
-    assert str(error) == f"line {error.line}, column {error.column}: expected {error.expected}"
+    assert str(error) == f"line {error.line}, column {error.column}: {error.message}"
     return error
 
 
@@ -1352,6 +1366,115 @@ def test_parse_rules_with_lines_refuses_as_parse_rules_does() -> None:
         assert (with_lines.value.line, with_lines.value.column) == (error.line, error.column)
 
 
+def test_check_rules_collects_every_bad_line_in_file_order() -> None:
+    text = (
+        f"{A}\n"
+        "r: pay arg=amount\n"  # line 2: kind missing
+        "# comment\n"
+        f"{B}\n"
+        "A: wire arg=x max EUR 2 -> refuse\n"  # line 5: the name of line 1
+        "\n"
+        "s: pay arg=amount max usd 5 -> gate\n"  # line 7: lower-case code
+        f"{C}\n"
+        "t: pay arg=amount max XAU 5 -> gate\n"  # line 9: no exponent=
+    )
+    rules, errors = check_rules(text)
+    assert rules == parse_rules_with_lines(f"{A}\n\n\n{B}\n\n\n\n{C}")
+    assert [(error.line, error.column) for error in errors] == [(2, 18), (5, 1), (7, 23), (9, 23)]
+    assert all(isinstance(error, RuleError) for error in errors)
+    # parse_rules still raises on the first of them.
+    assert (refused_file(text).line, refused_file(text).column) == (2, 18)
+
+
+def test_check_rules_of_a_clean_file_has_no_errors() -> None:
+    assert check_rules(f"{A}\n{B}\n{C}") == (parse_rules_with_lines(f"{A}\n{B}\n{C}"), [])
+    assert check_rules("") == ([], [])
+
+
+def test_a_refused_line_does_not_reserve_its_name() -> None:
+    # The bad line's name is unknown, so a later rule of that name is not a duplicate.
+    rules, errors = check_rules(["a: pay arg=amount", "a: pay arg=amount max USD 1 -> gate"])
+    assert [line.number for line in rules] == [2]
+    assert [error.line for error in errors] == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# 4b. Error texts that say what is wrong
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", ["XAU", "XAG", "XDR", "XPT"])
+def test_a_code_without_minor_unit_and_no_exponent_names_the_fix(code: str) -> None:
+    line = f"r: pay arg=amount max {code} 10 -> gate"
+    error = refused(line)
+    assert error.column == col(line, code)
+    assert error.expected == (
+        f"exponent=N after the amount: {code} has no minor unit in ISO 4217"
+        f" (e.g. {code} 10 exponent=3)"
+    )
+    # The fix it names parses.
+    parse_rule(f"r: pay arg=amount max {code} 10 exponent=3 -> gate")
+
+
+def test_an_unknown_code_is_not_named() -> None:
+    error = refused("r: pay arg=amount max ZQX 10 -> gate")
+    assert error.expected == "a currency code of the ISO 4217 table"
+    assert "ZQX" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("char", "name"),
+    [
+        ("\u00a0", "U+00A0 NO-BREAK SPACE"),
+        ("\u200b", "U+200B ZERO WIDTH SPACE"),
+        ("\u3000", "U+3000 IDEOGRAPHIC SPACE"),
+        ("\ufeff", "U+FEFF ZERO WIDTH NO-BREAK SPACE"),
+        ("\x0b", "U+000B LINE TABULATION"),
+        ("\r", "U+000D CARRIAGE RETURN"),
+        ("\x01", "U+0001 (a control character)"),
+        ("\ue000", "U+E000 (a private-use character)"),
+        ("\U000e0080", "U+E0080 (unassigned)"),
+    ],
+)
+def test_an_invisible_character_is_named_by_code_point(char: str, name: str) -> None:
+    line = f"r: pay arg=amount{char}max USD 5 -> gate"
+    error = refused(line)
+    assert error.column == line.index(char) + 1
+    assert error.found == name
+    assert str(error) == f"column {error.column}: expected 'max' or 'sum', found {name}"
+
+
+def test_the_no_break_space_of_the_issue() -> None:
+    error = refused("r: pay arg=amount\u00a0max USD 5 -> gate")
+    assert str(error) == "column 18: expected 'max' or 'sum', found U+00A0 NO-BREAK SPACE"
+
+
+def test_a_tab_where_a_token_must_start_is_named() -> None:
+    error = refused("r: pay arg=\tamount max USD 5 -> gate")
+    assert (error.column, error.found) == (12, "U+0009 CHARACTER TABULATION")
+
+
+def test_a_visible_non_ascii_character_is_named_too() -> None:
+    error = refused("r: pay arg=amount max USD \uff15 -> gate")
+    assert error.found == "U+FF15 FULLWIDTH DIGIT FIVE"
+
+
+def test_a_visible_ascii_character_is_not_named() -> None:
+    error = refused("r: pay arg=amount MAX USD 5 -> gate")
+    assert error.found is None
+    assert str(error) == "column 19: expected 'max' or 'sum'"
+
+
+def test_a_token_missing_at_the_end_names_nothing() -> None:
+    assert refused("r: pay arg=amount \t ").found is None
+
+
+def test_a_named_character_never_brings_the_rest_of_the_line() -> None:
+    error = refused(f"r: pay arg=amount\u00a0{LEAK} USD 5 -> gate {LEAK}")
+    assert_no_leak(error, LEAK)
+    assert error.found == name_of_character("\u00a0")
+
+
 # ---------------------------------------------------------------------------------------------
 # 5. Errors never contain the line's text
 # ---------------------------------------------------------------------------------------------
@@ -1677,7 +1800,7 @@ def check_any_line(line: str) -> None:
     if failure is not None:
         assert 1 <= failure.column <= len(line) + 1
         assert failure.line is None
-        assert str(failure) == f"column {failure.column}: expected {failure.expected}"
+        assert str(failure) == f"column {failure.column}: {failure.message}"
         assert_no_leak(failure, LEAK)
     else:
         assert parse_rule(rule.to_line()) == rule
@@ -1784,9 +1907,7 @@ def test_parse_rules_any_text(lines: list[str]) -> None:
         assert 1 <= failure.line <= len(physical)
         bad = physical[failure.line - 1].removesuffix("\r")
         assert 1 <= failure.column <= len(bad) + 1
-        assert str(failure) == (
-            f"line {failure.line}, column {failure.column}: expected {failure.expected}"
-        )
+        assert str(failure) == (f"line {failure.line}, column {failure.column}: {failure.message}")
         assert_no_leak(failure, LEAK)
     else:
         assert parse_rules(rule.to_line() for rule in result) == result

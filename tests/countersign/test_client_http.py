@@ -1,16 +1,23 @@
 """The clients' HTTP side against a simulated service: retries keep their Idempotency-Key,
-errors are not retried, and ``gated`` never runs the function without a go."""
+errors are not retried, and ``gated`` never runs the function without a go; then against the
+service's own code in this process: ``Decimal`` amounts and ``gated``'s context as stored."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
+from asgiref.sync import sync_to_async
+from django.test import Client as DjangoClient
 
+from approvals.models import Call
 from countersign import AsyncClient, Client, Denied, ServiceUnavailable, Unauthorized, protocol
+from tests.countersign.world import TOKEN as WORLD_TOKEN
+from tests.countersign.world import world_create
 from tests.live import free_port
 
 URL = "http://countersign.test"
@@ -168,3 +175,109 @@ def test_async_gated_wants_an_async_function() -> None:
     client = AsyncClient(URL, TOKEN)
     with pytest.raises(TypeError, match="async def"):
         client.gated("pay")(lambda: None)  # type: ignore[arg-type, return-value]
+
+
+# --- against the service itself, in this process ------------------------------------------
+
+
+# Django's test client sets these itself (the host it allows, the body's type and length).
+PER_HOP = frozenset({"host", "content-type", "content-length"})
+
+
+def django_handler(request: httpx.Request) -> httpx.Response:
+    """The request answered by the service's own code through Django's test client, on the
+    test database: what reaches ``Call`` is what the client sent."""
+    sent = {name: value for name, value in request.headers.items() if name not in PER_HOP}
+    answer = DjangoClient().generic(
+        request.method,
+        request.url.raw_path.decode("ascii"),
+        data=request.content,
+        content_type=request.headers.get("content-type", ""),
+        headers=sent,
+    )
+    return httpx.Response(answer.status_code, headers=dict(answer.items()), content=answer.content)
+
+
+@pytest.fixture
+def service(db: None) -> Iterator[Client]:
+    world_create()
+    http = httpx.Client(transport=httpx.MockTransport(django_handler))
+    with Client(URL, WORLD_TOKEN, http=http) as client:
+        yield client
+    http.close()
+
+
+def test_a_decimal_amount_is_stored_as_the_number_literal_it_spells(service: Client) -> None:
+    state = service.submit("pay", {"amount": Decimal("12.34"), "currency": "USD"})
+    assert state["status"] == "allowed"
+    call = Call.objects.get(pk=state["id"])
+    assert call.arguments == '{"amount": 12.34, "currency": "USD"}'
+    # A held amount as a number is read as the amount it spells, to the last digit.
+    held = service.submit("pay", {"amount": Decimal("500.01")})
+    assert held["status"] == "pending"
+    assert Call.objects.get(pk=held["id"]).arguments == '{"amount": 500.01}'
+
+
+def test_a_nan_decimal_is_refused_before_anything_is_sent(service: Client) -> None:
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        service.submit("pay", {"amount": Decimal("NaN")})
+    assert not Call.objects.exists()
+
+
+def test_gated_sends_decimals_and_its_context_text(service: Client) -> None:
+    @service.gated("pay", context="Paying the November invoice")
+    def pay(amount: Decimal, currency: str = "USD") -> str:
+        return f"paid {amount} {currency}"
+
+    assert pay(Decimal("12.50")) == "paid 12.50 USD"
+    call = Call.objects.get()
+    assert (call.arguments, call.context) == (
+        '{"amount": 12.50, "currency": "USD"}',
+        "Paying the November invoice",
+    )
+
+
+def test_gated_context_from_a_function_of_the_arguments(service: Client) -> None:
+    @service.gated("pay", context=lambda args: f"Paying {args['payee']} {args['amount']}")
+    def pay(amount: Decimal, payee: str) -> None: ...
+
+    pay(Decimal("7.25"), payee="ACME")
+    pay(Decimal("8.00"), payee="Initech")
+    stored = Call.objects.order_by("created_at").values_list("arguments", "context")
+    assert list(stored) == [
+        ('{"amount": 7.25, "payee": "ACME"}', "Paying ACME 7.25"),
+        ('{"amount": 8.00, "payee": "Initech"}', "Paying Initech 8.00"),
+    ]
+
+
+def test_a_context_function_that_fails_stops_the_call_and_the_function(service: Client) -> None:
+    ran: list[object] = []
+
+    @service.gated("pay", context=lambda args: args["no such argument"])
+    def pay(amount: Decimal) -> None:
+        ran.append(amount)
+
+    with pytest.raises(KeyError):
+        pay(Decimal("1.00"))
+    assert (ran, Call.objects.exists()) == ([], False)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_async_client_through_the_asgi_application() -> None:
+    from config.asgi import application
+
+    await sync_to_async(world_create)()
+    # Channels types its scopes and events more narrowly than httpx's plain ASGI callable.
+    transport = httpx.ASGITransport(app=application)  # type: ignore[arg-type]
+    http = httpx.AsyncClient(transport=transport)
+    async with AsyncClient("http://testserver", WORLD_TOKEN, http=http) as client:
+
+        @client.gated("pay", context=lambda args: f"Refund of {args['amount']}")
+        async def pay(amount: Decimal) -> Decimal:
+            return amount
+
+        assert await pay(Decimal("3.10")) == Decimal("3.10")
+    await http.aclose()
+    call = await sync_to_async(Call.objects.get)()
+    assert (call.arguments, call.context) == ('{"amount": 3.10}', "Refund of 3.10")

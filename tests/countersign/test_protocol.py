@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from email.utils import format_datetime
 from typing import Any
 
@@ -96,6 +97,73 @@ def test_arguments_text_is_sent_as_given_and_anything_else_as_json() -> None:
     assert protocol.arguments_text({"payee": "Zoë", "n": 2}) == '{"payee": "Zoë", "n": 2}'
     with pytest.raises(ValueError, match="JSON"):
         protocol.arguments_text({"amount": math.nan})
+
+
+def test_a_decimal_goes_as_the_number_literal_it_spells_never_through_float() -> None:
+    arguments = {
+        "amount": Decimal("12.34"),
+        "fee": Decimal("0.10"),
+        "big": Decimal("12345678901234567890.123456789"),
+        "tiny": Decimal("1E-7"),
+        "lines": [Decimal("-0"), {"n": 2}, ("Zoë", None, True)],
+    }
+    text = protocol.arguments_text(arguments)
+    assert text == (
+        '{"amount": 12.34, "fee": 0.10, "big": 12345678901234567890.123456789, "tiny": 1E-7, '
+        '"lines": [-0, {"n": 2}, ["Zoë", null, true]]}'
+    )
+    assert json.loads(text, parse_float=Decimal) == {
+        **arguments,
+        "lines": [0, {"n": 2}, ["Zoë", None, True]],
+    }
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"payee": "Zoë", "n": 2, "x": 1.5}, {1: "a", 2.5: "b", False: "c", None: "d"}, [], {}],
+)
+def test_without_decimals_the_text_is_what_json_dumps_writes(arguments: object) -> None:
+    assert protocol.arguments_text(arguments) == json.dumps(arguments, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("value", ["NaN", "-Infinity", "sNaN"])
+def test_a_decimal_that_is_not_a_number_is_refused_before_sending(value: str) -> None:
+    with pytest.raises(ValueError, match="NaN or infinite") as raised:
+        protocol.submit_body("pay", {"amount": Decimal(value)})
+    assert str(raised.value) == errors.DECIMAL_NOT_FINITE
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        protocol.submit_body("pay", {}, usage={"cost": Decimal(value), "cost_currency": "USD"})
+
+
+def test_what_json_dumps_refuses_is_still_refused() -> None:
+    with pytest.raises(TypeError, match="not tuple"):
+        protocol.arguments_text({("a", "b"): 1})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        protocol.arguments_text({"when": datetime.now(UTC)})
+
+
+def test_a_decimal_cost_goes_as_a_decimal_string() -> None:
+    usage = {"cost": Decimal("1E-7"), "cost_currency": "USD", "input_tokens": 3}
+    body = json.loads(protocol.submit_body("pay", "{}", usage=usage))
+    assert body["usage"] == {"cost": "0.0000001", "cost_currency": "USD", "input_tokens": 3}
+
+
+def test_a_gated_context_is_the_text_or_what_the_function_returns_for_the_arguments() -> None:
+    arguments = {"amount": "12.50", "payee": "ACME"}
+    assert protocol.gated_context(None, arguments) is None
+    assert protocol.gated_context("Paying the invoice", arguments) == "Paying the invoice"
+    assert protocol.gated_context(lambda a: f"Paying {a['payee']}", arguments) == "Paying ACME"
+    with pytest.raises(TypeError) as raised:
+        protocol.gated_context(lambda a: 42, arguments)  # type: ignore[arg-type, return-value]
+    assert str(raised.value) == errors.BAD_CONTEXT
+
+    def meddling(given: Any) -> str:
+        given["amount"] = "0.00"
+        return "Paying nothing"
+
+    with pytest.raises(TypeError):  # it reads the arguments; it cannot change what is sent
+        protocol.gated_context(meddling, arguments)
+    assert arguments == {"amount": "12.50", "payee": "ACME"}
 
 
 def test_the_body_has_arguments_as_text_and_only_the_fields_given() -> None:
