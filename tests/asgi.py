@@ -41,7 +41,11 @@ async def asgi_response(
 
 
 async def chunked_request(
-    application: Any, scope: dict[str, Any], chunks: list[bytes]
+    application: Any,
+    scope: dict[str, Any],
+    chunks: list[bytes],
+    *,
+    timeout: float = PROMPTLY,
 ) -> tuple[list[dict[str, Any]], int]:
     """Call ``application`` with a ``receive`` that yields the body in these
     ``http.request`` messages (``more_body`` on all but the last) and then waits for ever:
@@ -65,5 +69,5 @@ async def chunked_request(
     async def send(message: Mapping[str, Any]) -> None:
         sent.append(dict(message))
 
-    await asyncio.wait_for(application(scope, receive, send), timeout=PROMPTLY)
+    await asyncio.wait_for(application(scope, receive, send), timeout=timeout)
     return sent, read

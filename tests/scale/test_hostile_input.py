@@ -8,11 +8,9 @@ is part of what is tested; the fuzzing goes through Django's test client, which 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import tracemalloc
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +23,7 @@ from hypothesis import strategies as st
 from approvals.models import AuditEntry, Call, LedgerEntry
 from approvals.services.rules import cap_rule_save
 from config.asgi import application
+from tests.asgi import chunked_request
 from tests.scale.servers import agent_create
 
 CALLS = "/api/v1/calls"
@@ -76,29 +75,10 @@ async def _post(
     }
     size = chunk or max(len(body), 1)
     pieces = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
-    messages = [
-        {"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1}
-        for i, piece in enumerate(pieces)
-    ]
-    read = 0
-    sent: list[Mapping[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal read
-        if read < len(messages):
-            read += 1
-            return messages[read - 1]
-        await asyncio.Event().wait()  # the client never goes away
-        raise AssertionError("unreachable")
-
-    async def send(message: Mapping[str, Any]) -> None:
-        sent.append(message)
-
     tracemalloc.start()
     started = time.monotonic()
     try:
-        app: Any = application  # a hand-written scope and receive, not the stubs' types
-        await asyncio.wait_for(app(scope, receive, send), timeout=30)
+        sent, read = await chunked_request(application, scope, pieces, timeout=30)
         seconds = time.monotonic() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
