@@ -28,6 +28,7 @@ class Code(StrEnum):
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     ALREADY_FINAL = "already_final"
     BODY_TOO_LARGE = "body_too_large"
+    BODY_TIMEOUT = "body_timeout"
     RATE_LIMITED = "rate_limited"
     UNAVAILABLE = "unavailable"
     ERROR = "error"

@@ -11,6 +11,7 @@ from approvals.errors import METHOD_NOT_ALLOWED, Code, json_error_bytes, send_js
 from config.runtime.asgi_types import Send
 
 BODY_TOO_LARGE = "The request body is larger than this server accepts ({limit} bytes)."
+BODY_TOO_SLOW = "The request body did not arrive within {seconds} seconds."
 
 
 async def body_too_large(send: Send) -> None:
@@ -18,6 +19,12 @@ async def body_too_large(send: Send) -> None:
     stating the limit (``COUNTERSIGN_MAX_BODY``) so that a client knows how far to shrink."""
     message = BODY_TOO_LARGE.format(limit=settings.COUNTERSIGN_MAX_BODY)
     await send_json(send, 413, json_error_bytes(Code.BODY_TOO_LARGE, message))
+
+
+async def body_too_slow(send: Send) -> None:
+    """The body limit's ``408``, stating the time allowed (``COUNTERSIGN_BODY_TIMEOUT``)."""
+    message = BODY_TOO_SLOW.format(seconds=settings.COUNTERSIGN_BODY_TIMEOUT)
+    await send_json(send, 408, json_error_bytes(Code.BODY_TIMEOUT, message))
 
 
 def api_errors_as_json(

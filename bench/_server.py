@@ -1,4 +1,5 @@
-"""Start and stop what a benchmark needs on loopback: a fresh database, a daphne server."""
+"""Start and stop what a benchmark needs on loopback: a fresh database, the server
+(config/serve.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,6 @@ import psycopg
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
-LISTEN_BACKLOG = 4096  # Linux caps it at net.core.somaxconn (4096 here)
-WEBSOCKET_CONNECT_TIMEOUT = 60  # seconds
 
 
 def free_port() -> int:
@@ -90,28 +89,15 @@ def database(url: str | None) -> Iterator[str]:
 
 class BenchServer(NamedTuple):
     url: str
-    pid: int  # the daphne process, for its CPU time, threads and memory
+    pid: int  # the server process, for its CPU time, threads and memory
 
 
 @contextmanager
 def server(database_url: str, extra: dict[str, str] | None = None) -> Iterator[BenchServer]:
-    """A daphne process serving the app."""
+    """A server process serving the app."""
     port = free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            # Twisted listens with a backlog of 50 by default: thousands of agents connecting
-            # at once overflow it, their SYNs are dropped and retried after 1, 3, 7, 15 s…
-            "-e",
-            f"tcp:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}",
-            # daphne drops a WebSocket not accepted within 5 s, which a burst of thousands
-            # of handshakes on one event loop can exceed. docs/deploy.md says the same.
-            "--websocket_connect_timeout",
-            str(WEBSOCKET_CONNECT_TIMEOUT),
-            "config.asgi:application",
-        ],
+        [sys.executable, "-m", "config.serve", "--port", str(port), "--no-access-log"],
         cwd=ROOT,
         env=_env(database_url, {"COUNTERSIGN_BENCH": "1", **(extra or {})}),
         stdout=subprocess.DEVNULL,

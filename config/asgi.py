@@ -26,26 +26,28 @@ django_http = (
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from approvals.longpoll import WAIT_PATH, wait_app  # noqa: E402
-from approvals.middleware import body_too_large  # noqa: E402
+from approvals.middleware import body_too_large, body_too_slow  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
 from config.runtime.asgi_types import Receive, Scope, Send  # noqa: E402
 from config.runtime.body_limit import BodyLimit  # noqa: E402
 from config.runtime.raw_routes import RawRoutes  # noqa: E402
-from config.runtime.sweeper import ensure_sweeper_started  # noqa: E402
+from config.runtime.sweeper import ensure_sweeper_started, sweeper_lifespan  # noqa: E402
 
 # The long-poll outside Django's handler, where a waiter holds no thread.
 routes = RawRoutes([(WAIT_PATH, wait_app)], django=django_http)
 
 
 async def http(scope: Scope, receive: Receive, send: Send) -> None:
-    # daphne sends no lifespan events: the first request of the process starts the sweep.
+    # The server's lifespan start starts the sweep; a server that sends no lifespan events
+    # starts it with the first request of the process.
     ensure_sweeper_started()
     await routes(scope, receive, send)
 
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(http, refuse=body_too_large),
+        "lifespan": sweeper_lifespan,
+        "http": BodyLimit(http, too_large=body_too_large, too_slow=body_too_slow),
         # Channels' stubs want their own pattern subclass; Django's path() patterns work as is.
         "websocket": URLRouter(websocket_urlpatterns),  # type: ignore[arg-type]
     }

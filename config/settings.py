@@ -29,7 +29,6 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -176,6 +175,12 @@ FORMAT_MODULE_PATH = ["config.formats"]
 COUNTERSIGN_HOLD_TIMEOUT = env_int("COUNTERSIGN_HOLD_TIMEOUT", 3600, minimum=1, maximum=31_536_000)
 COUNTERSIGN_MAX_WAIT = env_int("COUNTERSIGN_MAX_WAIT", 60, minimum=0, maximum=3600)
 COUNTERSIGN_MAX_BODY = env_int("COUNTERSIGN_MAX_BODY", 1_048_576, minimum=1024, maximum=1 << 30)
+# Seconds a request body may take to arrive in full (config/runtime/body_limit.py): a client
+# that declares a body and sends it slowly, or never, is answered 408 and let go.
+COUNTERSIGN_BODY_TIMEOUT = env_int("COUNTERSIGN_BODY_TIMEOUT", 30, minimum=1, maximum=3600)
+# The proxies whose X-Forwarded-For / X-Forwarded-Proto the server believes (config/serve.py),
+# comma-separated addresses or networks; empty, the peer's own address is the client's.
+COUNTERSIGN_FORWARDED_ALLOW_IPS = env_list("COUNTERSIGN_FORWARDED_ALLOW_IPS", "")
 # Threads of a server process that run requests' synchronous code (views, the ORM), one
 # request at a time each (config/runtime/pooled_handler.py; unused with Django's own handler);
 # waiting agents hold none. SQLite has one writer at a time, and one thread spares the GIL

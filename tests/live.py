@@ -1,5 +1,5 @@
-"""A real ASGI server (daphne) in a child process, on the test database, for tests that need
-real sockets: the Python client, the examples and the browser.
+"""A real ASGI server (config/serve.py: uvicorn) in a child process, on the test database, for
+tests that need real sockets: the Python client, the examples and the browser.
 
 The server is another process with its own in-memory channel layer, so tests change state
 through HTTP (the API, or the approver's forms with a logged-in session), never through the
@@ -92,16 +92,7 @@ def start_server(port: int | None = None, extra_env: dict[str, str] | None = Non
     }
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "config.asgi:application",
-            ],
+            [sys.executable, "-m", "config.serve", "--host", "127.0.0.1", "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=out,

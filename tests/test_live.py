@@ -1,4 +1,4 @@
-"""The live-server helper itself: a real daphne process on the test database."""
+"""The live-server helper itself: a real server process on the test database."""
 
 from __future__ import annotations
 

@@ -1,10 +1,13 @@
-"""The body limit answers ``refuse`` for a body over ``COUNTERSIGN_MAX_BODY`` without the app
-seeing it: at once from ``Content-Length``, else at the chunk that passes the limit; a body
-within it reaches the app whole. (The agent API's ``413`` through the whole application is in
-tests/approvals/test_api.py.)"""
+"""The body limit answers ``too_large`` for a body over ``COUNTERSIGN_MAX_BODY`` without the
+app seeing it: at once from ``Content-Length``, else at the chunk that passes the limit; and
+``too_slow`` for a body still arriving after ``COUNTERSIGN_BODY_TIMEOUT``; both answers close
+the connection. A body within both reaches the app whole. (The agent API's ``413`` through the
+whole application is in tests/approvals/test_api.py, the attacks on a real server in
+tests/scale/test_hostile_bodies.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,14 +40,24 @@ class Served:
         await send({"type": "http.response.body", "body": b""})
 
 
-async def refuse(send: Send) -> None:
+async def too_large(send: Send) -> None:
     await send({"type": "http.response.start", "status": 413, "headers": []})
     await send({"type": "http.response.body", "body": b"too large"})
+
+
+async def too_slow(send: Send) -> None:
+    await send({"type": "http.response.start", "status": 408, "headers": []})
+    await send({"type": "http.response.body", "body": b"too slow"})
+
+
+def limited(app: Any) -> BodyLimit:
+    return BodyLimit(app, too_large=too_large, too_slow=too_slow)
 
 
 @pytest.fixture(autouse=True)
 def limit(settings: Any) -> None:
     settings.COUNTERSIGN_MAX_BODY = LIMIT
+    settings.COUNTERSIGN_BODY_TIMEOUT = 0.2
 
 
 async def _drive(
@@ -55,7 +68,9 @@ async def _drive(
     app = Served()
     headers = [] if content_length is None else [(b"content-length", content_length)]
     scope = {"type": "http", "path": "/", "headers": headers}
-    sent, read = await chunked_request(BodyLimit(app, refuse=refuse), scope, chunks)
+    sent, read = await chunked_request(limited(app), scope, chunks)
+    if sent[0]["status"] != 200:
+        assert (b"connection", b"close") in sent[0]["headers"]
     return sent[0]["status"], app, read
 
 
@@ -84,6 +99,26 @@ async def test_a_body_at_the_limit_reaches_the_app_whole() -> None:
     assert (status, app.body, read) == (200, body, len(chunks))
 
 
+async def test_a_body_still_arriving_at_the_timeout_is_refused() -> None:
+    app = Served()
+    sent: list[Message] = []
+    arriving = [{"type": "http.request", "body": b"x" * 10, "more_body": True}]
+
+    async def receive() -> Message:
+        if arriving:
+            return arriving.pop()
+        await asyncio.Event().wait()  # the rest never comes
+        raise AssertionError("unreachable")
+
+    async def send(message: Mapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    scope = {"type": "http", "path": "/", "headers": [(b"content-length", b"1000")]}
+    await asyncio.wait_for(limited(app)(scope, receive, send), timeout=5)
+    assert (sent[0]["status"], app.body) == (408, None)
+    assert (b"connection", b"close") in sent[0]["headers"]
+
+
 async def test_a_websocket_passes_untouched() -> None:
     seen: list[str] = []
 
@@ -96,5 +131,5 @@ async def test_a_websocket_passes_untouched() -> None:
     async def send(message: Mapping[str, Any]) -> None:
         raise AssertionError("the limit answered a socket")
 
-    await BodyLimit(app, refuse=refuse)({"type": "websocket"}, receive, send)
+    await limited(app)({"type": "websocket"}, receive, send)
     assert seen == ["websocket"]
