@@ -56,8 +56,8 @@ def _address(url: str) -> tuple[str, int]:
 
 def port_check(*, host: str, port: int) -> None:
     """``CommandError`` unless a server could listen on ``host:port`` now. The probe sets
-    ``SO_REUSEADDR`` as daphne (Twisted) does, so connections of a server just stopped, left
-    in TIME_WAIT, do not count as taken; a socket still listening does."""
+    ``SO_REUSEADDR`` as the server (asyncio's listener) does, so connections of a server just
+    stopped, left in TIME_WAIT, do not count as taken; a socket still listening does."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
