@@ -1,4 +1,4 @@
-"""Browser tests: Playwright's sync API driving Debian's Chromium against a real daphne server
+"""Browser tests: Playwright's sync API driving Debian's Chromium against a real server
 (``tests.live``) on the test database. Skipped when Chromium is not installed."""
 
 from __future__ import annotations

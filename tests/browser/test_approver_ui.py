@@ -1,4 +1,4 @@
-"""The approver's pages in Chromium against a live daphne server.
+"""The approver's pages in Chromium against a live server (config/serve.py).
 
 State changes go through the server (the agent API over HTTP, the forms in the browser), so
 that the pushes happen in the server's process; rows are set up with the ORM beforehand.

@@ -1,4 +1,4 @@
-"""The approver's queue across two daphne workers on one PostgreSQL and one Redis: a page
+"""The approver's queue across two server workers on one PostgreSQL and one Redis: a page
 served by worker A updates live for calls submitted and decided on worker B."""
 
 from __future__ import annotations

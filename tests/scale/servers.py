@@ -1,5 +1,5 @@
 """Helpers for the scale-out and reliability tests: a world on the test database, several
-daphne workers (``tests.live``), a private Redis that a test may kill and restart, and bounded
+server workers (``tests.live``), a private Redis that a test may kill and restart, and bounded
 waits.
 
 Every wait here has a timeout: a test that would hang fails instead.
@@ -72,7 +72,7 @@ def redis_reachable(url: str) -> bool:
 
 @contextmanager
 def workers(count: int, extra_env: dict[str, str] | None = None) -> Iterator[list[LiveServer]]:
-    """``count`` daphne processes on the test database, each on its own port."""
+    """``count`` server processes on the test database, each on its own port."""
     env = {**NO_RATE_LIMIT, **(extra_env or {})}
     with ExitStack() as stack:
         servers = []

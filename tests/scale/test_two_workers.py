@@ -1,4 +1,4 @@
-"""Two daphne workers on one PostgreSQL and one Redis (docs/deploy.md, "Workers"): a
+"""Two server workers on one PostgreSQL and one Redis (docs/deploy.md, "Workers"): a
 decision made on one worker reaches agents waiting on the other, and the ledgers hold when
 racing submissions are split across both (the race also on SQLite, whose file lock spans
 processes).
