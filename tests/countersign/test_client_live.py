@@ -1,6 +1,6 @@
 """The client against a real server (config/serve.py on the test database), decided by a
-person at the approver's forms: allowed, refused, approved over the WebSocket, denied over the long-poll
-when WebSockets are blocked, a restart mid-wait, the deadline, and ``gated``."""
+person at the approver's forms: allowed, refused, approved over the WebSocket, denied over the
+long-poll when WebSockets are blocked, a restart mid-wait, the deadline, and ``gated``."""
 
 from __future__ import annotations
 
