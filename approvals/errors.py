@@ -103,12 +103,17 @@ def error_response(error: ApiError) -> JsonResponse:
 async def send_json(
     send: Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()
 ) -> None:
-    """A whole JSON answer on a raw ASGI ``send``."""
+    """A whole JSON answer on a raw ASGI ``send``, its length stated (without it the server
+    would send it chunked, which an HTTP/1.0 client cannot read)."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), *headers],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": body})

@@ -52,12 +52,15 @@ async def test_the_raw_asgi_answer() -> None:
 
     await send_error(send, ApiError(401, Code.UNAUTHENTICATED, UNAUTHENTICATED))
     start, body = sent
+    expected = json_error_bytes(Code.UNAUTHENTICATED, UNAUTHENTICATED)
     assert start["status"] == 401
+    # The length stated: an HTTP/1.0 client cannot read a chunked answer.
     assert start["headers"] == [
         (b"content-type", b"application/json"),
+        (b"content-length", str(len(expected)).encode()),
         (b"www-authenticate", b"Bearer"),
     ]
-    assert body["body"] == json_error_bytes(Code.UNAUTHENTICATED, UNAUTHENTICATED)
+    assert body["body"] == expected
 
 
 @pytest.mark.parametrize(("status", "close_code"), [(400, 4400), (401, 4401), (403, 4403)])
