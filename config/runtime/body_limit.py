@@ -13,7 +13,8 @@ back to (config/runtime/README.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from django.conf import settings
 
@@ -26,7 +27,7 @@ def _closing(send: Send) -> Send:
     """``send`` with ``Connection: close`` on the response: the rest of a refused body is
     never read."""
 
-    async def send_closing(message: Message) -> None:
+    async def send_closing(message: Mapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             headers = [*message.get("headers", []), (b"connection", b"close")]
             message = {**message, "headers": headers}
