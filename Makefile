@@ -1,10 +1,14 @@
 # The README's commands. Each creates .venv when it is missing and (re)installs the project
-# whenever pyproject.toml is newer than the last install.
+# whenever pyproject.toml (the server's or the client's) is newer than the last install.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+# The server requires the client (clients/python/), installed from here, never from the package
+# index, whose countersign is another project.
+CLIENT := ./clients/python
+PROJECTS := pyproject.toml $(CLIENT)/pyproject.toml
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -19,16 +23,16 @@ $(BIN)/python:
 	@echo "Creating the virtual environment $(VENV)…"
 	@$(PYTHON) -m venv $(VENV)
 
-$(RUN_STAMP): pyproject.toml | $(BIN)/python
+$(RUN_STAMP): $(PROJECTS) | $(BIN)/python
 	@echo "Installing Countersign into $(VENV) (first run: about a minute)…"
 	@$(PIP_INSTALL) --upgrade pip
-	@$(PIP_INSTALL) -e .
+	@$(PIP_INSTALL) -e $(CLIENT) -e .
 	@touch $@
 
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
+$(TEST_STAMP): $(PROJECTS) | $(BIN)/python
 	@echo "Installing Countersign and its test tools into $(VENV) (first time: a few minutes)…"
 	@$(PIP_INSTALL) --upgrade pip
-	@$(PIP_INSTALL) -e '.[test]'
+	@$(PIP_INSTALL) -e $(CLIENT) -e '.[test]'
 	@touch $@ $(RUN_STAMP)
 
 # SQLite under var/, the demo approvers, admin, agents and example rules, then the ASGI server.

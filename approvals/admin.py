@@ -7,21 +7,26 @@ message, shows the admin the line they typed themselves.
 
 from __future__ import annotations
 
-import json
 import unicodedata
 import uuid
 from typing import Any
 
+from axes.admin import AccessAttemptAdmin
+from axes.models import AccessAttempt
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.contrib.admin.utils import unquote
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy
 
 import capcore
 from approvals.models import (
@@ -39,9 +44,16 @@ from approvals.models import (
 )
 from approvals.selectors.ledgers import ledger_spent
 from approvals.selectors.rules import stored_rule
-from approvals.services.agents import agent_token_issue, agent_token_revoke
+from approvals.services.agents import (
+    agent_delete,
+    agent_save,
+    agent_token_issue,
+    agent_token_revoke,
+    agent_tokens_revoke,
+)
 from approvals.services.audit import audit_object_type, audit_record, audit_snapshot
 from approvals.services.ledgers import ledger_entry_void
+from approvals.services.logins import login_attempts_unlock
 from approvals.services.rules import budget_save, cap_rule_save, rules_file_text
 from capcore.rules import NAME
 
@@ -353,6 +365,15 @@ class AgentAdmin(AuditedAdmin):
     def active_tokens(self, obj: Agent) -> int:
         return obj.tokens.filter(revoked_at__isnull=True).count()
 
+    def persist(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        agent_save(agent=obj)  # unticking "active" closes the agent's sockets
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        with transaction.atomic():
+            object_id, before = obj.pk, audit_snapshot(obj)
+            agent_delete(agent=obj)  # its tokens go with it: their sockets close
+            _audit_deleted(request, obj, object_id, before)
+
     @admin.action(description="Issue a token (shown once)", permissions=["change"])
     def issue_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
         for agent in queryset:
@@ -366,10 +387,9 @@ class AgentAdmin(AuditedAdmin):
 
     @admin.action(description="Revoke all tokens", permissions=["change"])
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
-        revoked = 0
-        for token_row in AgentToken.objects.filter(agent__in=queryset, revoked_at__isnull=True):
-            agent_token_revoke(token_row=token_row, by_user=_user(request))
-            revoked += 1
+        revoked = sum(
+            agent_tokens_revoke(agent=agent, by_user=_user(request)) for agent in queryset
+        )
         messages.success(request, f"Revoked {revoked} token{'' if revoked == 1 else 's'}.")
 
 
@@ -621,26 +641,6 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 # --- Users and groups: who may decide is part of the policy, so changes are audited --------
 
 
-def _user_snapshot(user: User) -> str:
-    """The user's access, never the password hash."""
-    return json.dumps(
-        {
-            "username": user.get_username(),
-            "is_active": user.is_active,
-            "is_staff": user.is_staff,
-            "is_superuser": user.is_superuser,
-            "groups": sorted(user.groups.values_list("name", flat=True)),
-            "permissions": sorted(user.user_permissions.values_list("codename", flat=True)),
-        },
-        sort_keys=True,
-    )
-
-
-def _group_snapshot(group: Group) -> str:
-    permissions = sorted(group.permissions.values_list("codename", flat=True))
-    return json.dumps({"name": group.name, "permissions": permissions}, sort_keys=True)
-
-
 class _AccessAuditedAdmin:
     """Audits after the many-to-many fields are saved (``save_related``), comparing with the
     row as it was before ``save_model`` changed it."""
@@ -669,15 +669,69 @@ class _AccessAuditedAdmin:
                 self.delete_model(request, obj)
 
 
+USER_KEPT = (
+    "This person has audit entries, which name them, so they cannot be deleted. "
+    "Deactivate them instead: untick “Active” and save."
+)
+USERS_KEPT = (
+    "Nothing was deleted: some of the selected people have audit entries, which name them. "
+    "Deactivate them instead: untick “Active” and save."
+)
+
+
 class AuditedUserAdmin(_AccessAuditedAdmin, UserAdmin):  # type: ignore[type-arg]
-    snapshot = staticmethod(_user_snapshot)
+    """Also audited, with who did it, by the signals of ``approvals/receivers.py``: the
+    admin's password form, and every change of the fields. A person with audit entries is
+    kept (the entries protect their actor): deleting one is refused with ``USER_KEPT``."""
+
+    snapshot = staticmethod(audit_snapshot)
+    actions = ["delete_selected"]
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: Any = None
+    ) -> HttpResponse:
+        user = self.get_object(request, unquote(object_id))
+        if user is not None and AuditEntry.objects.filter(user=user).exists():
+            messages.error(request, USER_KEPT)
+            return redirect("admin:auth_user_change", user.pk)
+        return super().delete_view(request, object_id, extra_context)
+
+    @admin.action(
+        description=gettext_lazy("Delete selected %(verbose_name_plural)s"),
+        permissions=["delete"],
+    )
+    def delete_selected(
+        self, request: HttpRequest, queryset: QuerySet[User]
+    ) -> HttpResponse | None:
+        if AuditEntry.objects.filter(user__in=queryset).exists():
+            messages.error(request, USERS_KEPT)
+            return None
+        return django_delete_selected(self, request, queryset)
 
 
 class AuditedGroupAdmin(_AccessAuditedAdmin, GroupAdmin):
-    snapshot = staticmethod(_group_snapshot)
+    snapshot = staticmethod(audit_snapshot)
 
 
 admin.site.unregister(User)
 admin.site.unregister(Group)
 admin.site.register(User, AuditedUserAdmin)
 admin.site.register(Group, AuditedGroupAdmin)
+
+
+# --- Login lockouts ---------------------------------------------------------------------------
+
+
+class LoginAttemptAdmin(AccessAttemptAdmin):
+    """django-axes' failed logins, one row per username and client address: deleting a row
+    lifts its lockout (approvals/logins.py), audited with who did it."""
+
+    def delete_model(self, request: HttpRequest, obj: AccessAttempt) -> None:
+        login_attempts_unlock(attempts=[obj], by=_user(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        login_attempts_unlock(attempts=queryset, by=_user(request))
+
+
+admin.site.unregister(AccessAttempt)
+admin.site.register(AccessAttempt, LoginAttemptAdmin)

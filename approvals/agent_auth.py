@@ -11,12 +11,13 @@ scope as they arrived.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from django.http import HttpRequest
 
 from approvals.errors import AGENT_DISABLED, UNAUTHENTICATED, ApiError, Code
-from approvals.models import Agent
-from approvals.services.agents import agent_authenticate
+from approvals.models import Agent, AgentToken
+from approvals.services.agents import agent_token_authenticate
 
 
 def authorization_values(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
@@ -49,13 +50,41 @@ def bearer_token(authorization: Sequence[str]) -> str | None:
     return token
 
 
-def bearer_agent(*, authorization: Sequence[str]) -> Agent:
-    """The active agent these ``Authorization`` headers name. Raises ``ApiError``: ``401``
-    without one valid bearer token, ``403`` for a disabled agent. Reads the database."""
+class Bearer(NamedTuple):
+    """Who is calling, and with which token: sockets and long-polls listen on the token's
+    group, so that revoking it ends them (``notify.agent_sockets_close``)."""
+
+    agent: Agent
+    token_id: int
+
+
+def bearer(*, authorization: Sequence[str]) -> Bearer:
+    """The active agent these ``Authorization`` headers name, and its token. Raises
+    ``ApiError``: ``401`` without one valid bearer token, ``403`` for a disabled agent. Reads
+    the database."""
     token = bearer_token(authorization)
-    agent = None if token is None else agent_authenticate(token=token)
-    if agent is None:
+    found = None if token is None else agent_token_authenticate(token=token)
+    if found is None:
         raise ApiError(401, Code.UNAUTHENTICATED, UNAUTHENTICATED)
+    agent, token_id = found
     if not agent.active:
         raise ApiError(403, Code.AGENT_DISABLED, AGENT_DISABLED)
-    return agent
+    return Bearer(agent, token_id)
+
+
+def bearer_agent(*, authorization: Sequence[str]) -> Agent:
+    """``bearer``'s agent."""
+    return bearer(authorization=authorization).agent
+
+
+def bearer_still_valid(*, token_id: int) -> None:
+    """Raises ``bearer``'s ``ApiError`` if the token has been revoked (or deleted) or its
+    agent disabled since it was read: a socket or long-poll that joined its groups checks
+    again, as a revocation committed between its first reading and the joining would have
+    been pushed to nobody."""
+    found = AgentToken.objects.filter(pk=token_id).values_list("revoked_at", "agent__active")
+    row = found.first()
+    if row is None or row[0] is not None:
+        raise ApiError(401, Code.UNAUTHENTICATED, UNAUTHENTICATED)
+    if not row[1]:
+        raise ApiError(403, Code.AGENT_DISABLED, AGENT_DISABLED)

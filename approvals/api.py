@@ -12,6 +12,8 @@ import re
 import uuid
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
@@ -27,15 +29,18 @@ from approvals.errors import (
     NO_SUCH_ENDPOINT,
     NOT_FOUND,
     QUERY_CHOICES,
-    QUERY_NO_NUL,
     QUERY_RANGE,
+    QUERY_TEXT,
+    QUERY_TOO_MANY,
     RATE_LIMITED,
     REQUEST_FAILED,
     ApiError,
     Code,
     error_response,
     query_refusal,
+    query_repeated,
 )
+from approvals.metrics import RATE_LIMIT_REFUSALS, RateLimitRefusal
 from approvals.models import Agent, Call
 from approvals.openapi import (
     ERRORS,
@@ -51,11 +56,12 @@ from approvals.ratelimit import LimiterUnavailable, submission_limiter
 from approvals.selectors.calls import call_for_agent, call_state, calls_for_agent
 from approvals.services.calls import IdempotencyConflict, call_submit
 from approvals.services.lifecycle import AlreadyFinal, call_cancel
-from approvals.services.submissions import submission_parse
+from approvals.services.submissions import TEXT_LIMITS, submission_parse
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
 MAX_OFFSET = 10**9
+MAX_RUN_ID = TEXT_LIMITS["run_id"]  # a longer one was never stored
 UNAVAILABLE_RETRY_AFTER = 1  # seconds
 
 
@@ -96,6 +102,13 @@ def _invalid(request: HttpRequest, error: ValidationError) -> HttpResponse:
     return error_response(ApiError(400, Code.BAD_REQUEST, BAD_PARAMETERS))
 
 
+@api.exception_handler(TooManyFieldsSent)
+def _too_many_parameters(request: HttpRequest, error: TooManyFieldsSent) -> HttpResponse:
+    # Raised by request.GET itself; unhandled, ninja would answer a traceback under DEBUG.
+    message = QUERY_TOO_MANY.format(most=settings.DATA_UPLOAD_MAX_NUMBER_FIELDS)
+    return error_response(ApiError(400, Code.BAD_REQUEST, message))
+
+
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
     return error_response(ApiError(error.status_code, Code.ERROR, REQUEST_FAILED))
@@ -118,8 +131,16 @@ def _own_call(request: HttpRequest, call_id: str) -> Call:
     return call
 
 
+def _one(request: HttpRequest, name: str) -> str | None:
+    """The parameter's value; None when absent, a ``400`` when it is given more than once."""
+    values = request.GET.getlist(name)
+    if len(values) > 1:
+        raise query_repeated(name=name)
+    return values[0] if values else None
+
+
 def _bounded_int(request: HttpRequest, name: str, default: int, low: int, high: int) -> int:
-    raw = request.GET.get(name)
+    raw = _one(request, name)
     if raw is None:
         return default
     if not re.fullmatch(r"[0-9]{1,10}", raw, re.ASCII) or not low <= int(raw) <= high:
@@ -150,11 +171,13 @@ def calls_submit(request: HttpRequest) -> HttpResponse:
     try:
         retry_after = None if limiter is None else limiter.hit(f"agent:{agent.pk}")
     except LimiterUnavailable:
+        RATE_LIMIT_REFUSALS.labels(RateLimitRefusal.LIMITER_UNAVAILABLE).inc()
         # Fail-closed: an uncounted submission could be one over the limit.
         raise ApiError(
             503, Code.UNAVAILABLE, LIMITER_UNAVAILABLE, retry_after=UNAVAILABLE_RETRY_AFTER
         ) from None
     if retry_after is not None:
+        RATE_LIMIT_REFUSALS.labels(RateLimitRefusal.OVER_LIMIT).inc()
         raise ApiError(429, Code.RATE_LIMITED, RATE_LIMITED, retry_after=retry_after)
     submission = submission_parse(
         agent=agent, body=request.body, idempotency_key=request.headers.get("Idempotency-Key")
@@ -212,22 +235,22 @@ def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
         # Read from request.GET below rather than by ninja, whose int parsing is laxer.
         parameters=[
             _query("status", {"type": "string", "enum": Call.Status.values}),
-            _query("run_id", {"type": "string", "pattern": NO_NUL}),
+            _query("run_id", {"type": "string", "maxLength": MAX_RUN_ID, "pattern": NO_NUL}),
             _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
             _query("offset", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}),
         ],
     ),
 )
 def calls_list(request: HttpRequest) -> HttpResponse:
-    status = request.GET.get("status")
+    status = _one(request, "status")
     if status is not None and status not in Call.Status.values:
         choices = QUERY_CHOICES.format(choices=", ".join(Call.Status.values))
         raise query_refusal(name="status", expected=choices)
     limit = _bounded_int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _bounded_int(request, "offset", 0, 0, MAX_OFFSET)
-    run_id = request.GET.get("run_id")
-    if run_id is not None and "\x00" in run_id:
-        raise query_refusal(name="run_id", expected=QUERY_NO_NUL)
+    run_id = _one(request, "run_id")
+    if run_id is not None and ("\x00" in run_id or len(run_id) > MAX_RUN_ID):
+        raise query_refusal(name="run_id", expected=QUERY_TEXT.format(most=MAX_RUN_ID))
     calls, count = calls_for_agent(
         agent=_agent(request),
         status=status,

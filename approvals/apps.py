@@ -8,4 +8,11 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from approvals import checks  # noqa: F401 (registers the checks)
+        from approvals import (
+            checks,  # noqa: F401 (registers the checks)
+            logins,
+            receivers,
+        )
+
+        receivers.connect()  # people and groups are audited however they change
+        logins.connect()  # a login lockout is audited as it begins

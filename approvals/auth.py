@@ -1,4 +1,10 @@
-"""The authentication backend: Django's ``ModelBackend``, reading a person in SQL written out.
+"""The authentication backends: the login throttle, then Django's ``ModelBackend``, reading a
+person in SQL written out.
+
+``LoginThrottle`` is django-axes' backend, first in ``AUTHENTICATION_BACKENDS``: a username
+locked out from the client's address is refused before any password is hashed
+(approvals/logins.py), and the request says so, so that a lockout is audited once, when it
+begins, and not again for each attempt it refuses.
 
 ``ModelBackend`` reads a person's permissions in two queries (their own, their groups'), each
 built by the ORM from querysets it copies, and the person in a third: together a fifth of an
@@ -12,14 +18,45 @@ from __future__ import annotations
 
 from typing import Any
 
+from axes.backends import AxesStandaloneBackend
+from axes.exceptions import AxesBackendPermissionDenied
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser, User
+from django.http import HttpRequest
 
 from approvals.queries.users import user_permissions, user_read
 
 # Kept on the person for the request, as ModelBackend keeps its own; a name of ours, so that
 # nothing relies on ModelBackend's private one.
 PERMISSIONS_CACHE = "_countersign_permissions"
+# Set on a request whose login the throttle refused unchecked (a name of ours, as above).
+REFUSED_LOCKED_OUT = "countersign_refused_locked_out"
+
+
+def refused_locked_out(request: HttpRequest) -> bool:
+    """Whether the throttle refused this request's login because it was locked out already."""
+    return bool(getattr(request, REFUSED_LOCKED_OUT, False))
+
+
+class LoginThrottle(AxesStandaloneBackend):
+    """Without a request there is no client address to count by (code calling ``authenticate``
+    itself, as the test client's ``login`` does): the throttle stands aside. Every login form
+    of the site passes its request."""
+
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if request is None:
+            return
+        try:
+            super().authenticate(request, username, password, **kwargs)
+        except AxesBackendPermissionDenied:
+            setattr(request, REFUSED_LOCKED_OUT, True)
+            raise
 
 
 class PermissionBackend(ModelBackend):

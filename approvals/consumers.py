@@ -4,9 +4,24 @@ calls. People: the queue and the call page, re-rendered from the database.
 Agents authenticate with the handshake's ``Authorization: Bearer`` header only, read as the
 HTTP API reads it (``agent_auth``) — never a session cookie — and face no Origin check
 (non-browser clients send none). A refusal is a close code sent *after* ``accept()``,
-because daphne turns a close before it into a bare HTTP 403. The database is the truth and
-pushes are hints: each socket joins its group first and then reads and sends the current
-state, so no change is lost between the two.
+because a close before it is a bare HTTP 403. The database is the truth and pushes are
+hints: each socket joins its groups first and then reads and sends the current state, so no
+change is lost between the two.
+
+Access ends when it is taken away (docs/reliability.md): an agent socket listens on the
+groups of its token and its agent and closes with ``4401`` when the token is revoked or
+``4403`` when the agent is disabled (``notify.agent_sockets_close``), and reads its token
+again every ``ACCESS_RECHECK_SECONDS`` in case that message was lost. A page socket listens
+on its person's and its session's groups (a logout, a deactivation, a password change, lost
+permissions) and checks its session before each push and every ``SESSION_RECHECK_SECONDS``.
+
+Fair sockets (``approvals.fairness``): one person holds at most
+``COUNTERSIGN_MAX_SOCKETS_PER_USER`` page sockets and one agent at most
+``COUNTERSIGN_MAX_SOCKETS_PER_AGENT`` sockets per process, and one more closes with ``4429``.
+The queue's changes reach a process once and its page sockets from there; each view is
+rendered once per change for all the sockets showing it, on threads of the pages' own, and
+pushed to one socket at most every ``PAGE_PUSH_INTERVAL``, so that agents' reads and pushes
+never wait behind approvers' renders.
 """
 
 from __future__ import annotations
@@ -14,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from datetime import UTC, datetime
 from importlib import import_module
 from typing import Any
@@ -23,18 +38,49 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import (
+    BACKEND_SESSION_KEY,
+    HASH_SESSION_KEY,
+    SESSION_KEY,
+    load_backend,
+)
 from django.contrib.auth.models import User
+from django.contrib.sessions.backends.base import SessionBase
+from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.crypto import constant_time_compare
 
-from approvals.agent_auth import authorization_values, bearer_agent
+from approvals.agent_auth import Bearer, authorization_values, bearer, bearer_still_valid
 from approvals.errors import ApiError
+from approvals.fairness import (
+    CLOSE_TOO_MANY,
+    agent_socket_give_back,
+    agent_socket_take,
+    now,
+    page_database,
+    page_hub_join,
+    page_hub_leave,
+    page_send,
+    person_socket_give_back,
+    person_socket_take,
+    shared,
+)
+from approvals.metrics import PushedVia, decision_pushed
 from approvals.models import Agent, Call
-from approvals.notify import QUEUE_GROUP, agent_group, call_group
+from approvals.notify import (
+    agent_group,
+    agent_sockets_group,
+    call_group,
+    person_group,
+    session_group,
+    token_group,
+)
 from approvals.selectors.call_page import call_page
 from approvals.selectors.calls import call_for_agent, call_state
 from approvals.selectors.deciders import may_view
 from approvals.selectors.queue import queue_for_user
+from config.runtime.consumer_dispatch import DispatchWithoutConnectionSweep
 from config.runtime.sweeper import ensure_sweeper_started, expire_due_now
 
 logger = logging.getLogger(__name__)
@@ -50,6 +96,15 @@ EXPIRY_RETRY_SECONDS = 0.5
 # How often a socket with a pending call reads it again: the channel layer can drop a push
 # while the socket stays open, and then nothing else would tell the agent before the deadline.
 RECHECK_SECONDS = 30.0
+# How often an agent socket reads its token again, and a page socket its session, in case the
+# message that closes them was lost (the spec's bound for a session: at least every minute).
+ACCESS_RECHECK_SECONDS = 60.0
+SESSION_RECHECK_SECONDS = 60.0
+# The least time between two pushes to one page socket: a change after a quiet spell is
+# pushed at once, changes in a burst are folded into one push at the end of the interval.
+# Each push sends the whole queue to every socket; at ten changes a second, 300 sockets were
+# sent 3,000 a second, and the agents' pushes waited behind them (bench/queue_sockets_bench.py).
+PAGE_PUSH_INTERVAL = 0.5
 
 State = dict[str, Any]
 
@@ -78,8 +133,13 @@ def parse_since(query_string: bytes) -> datetime | None:
 
 
 @database_sync_to_async
-def _agent_of(headers: Iterable[tuple[bytes, bytes]]) -> Agent:
-    return bearer_agent(authorization=authorization_values(headers))
+def _bearer_of(headers: Iterable[tuple[bytes, bytes]]) -> Bearer:
+    return bearer(authorization=authorization_values(headers))
+
+
+@database_sync_to_async
+def _still_valid(token_id: int) -> None:
+    bearer_still_valid(token_id=token_id)
 
 
 @database_sync_to_async
@@ -87,15 +147,27 @@ def _owns_call(agent: Agent, call_id: uuid.UUID) -> bool:
     return Call.objects.filter(pk=call_id, agent=agent).exists()
 
 
-@database_sync_to_async
-def _call_state(agent: Agent, call_id: uuid.UUID) -> State | None:
+def _read_call_state(agent: Agent, call_id: uuid.UUID) -> State | None:
     call = call_for_agent(agent=agent, call_id=call_id)
     return None if call is None else call_state(call)
 
 
+_call_state = database_sync_to_async(_read_call_state)
+
+
 @database_sync_to_async
-def _agent_states(agent: Agent, since: datetime | None) -> list[State]:
-    """The agent's calls changed since ``since`` (default: its pending ones), oldest first."""
+def _call_state_still_valid(token_id: int, agent: Agent, call_id: uuid.UUID) -> State | None:
+    """The call's state, once the token is read again (raises ``ApiError`` if it no longer
+    holds)."""
+    bearer_still_valid(token_id=token_id)
+    return _read_call_state(agent, call_id)
+
+
+@database_sync_to_async
+def _agent_states(token_id: int, agent: Agent, since: datetime | None) -> list[State]:
+    """The agent's calls changed since ``since`` (default: its pending ones), oldest first,
+    once the token is read again (raises ``ApiError`` if it no longer holds)."""
+    bearer_still_valid(token_id=token_id)
     calls = Call.objects.filter(agent=agent).select_related("decided_by")
     if since is None:
         calls = calls.filter(status=Call.Status.PENDING).order_by("created_at", "pk")
@@ -104,22 +176,74 @@ def _agent_states(agent: Agent, since: datetime | None) -> list[State]:
     return [call_state(call) for call in calls.prefetch_related("approvals__user")]
 
 
-class _AgentConsumer(AsyncJsonWebsocketConsumer):
-    """Bearer authentication, group membership, and deaf ears for anything the agent sends."""
+class _AgentConsumer(DispatchWithoutConnectionSweep, AsyncJsonWebsocketConsumer):
+    """Bearer authentication, the cap, the groups that end the socket with its access, and
+    deaf ears for anything the agent sends."""
 
-    async def _authenticate(self) -> Agent | None:
-        """The socket's active agent; otherwise the (accepted) socket is closed with
-        ``4401`` (no valid token) or ``4403`` (disabled agent) and this is None."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bearer: Bearer | None = None
+        self._counted: int | None = None  # the agent whose cap this socket counts in
+        self._access_watch: asyncio.Task[None] | None = None
+        self._ended = False
+
+    async def _authenticate(self) -> Bearer | None:
+        """The socket's active agent and token, counted in its cap; otherwise the (accepted)
+        socket is closed with ``4401`` (no valid token), ``4403`` (disabled agent) or
+        ``4429`` (the agent holds its cap) and this is None."""
         try:
-            return await _agent_of(self.scope["headers"])
+            found = await _bearer_of(self.scope["headers"])
         except ApiError as error:
-            await self.close(code=error.close_code)
+            await self._end(error.close_code)
             return None
+        if not agent_socket_take(found.agent.pk):
+            await self._end(CLOSE_TOO_MANY)
+            return None
+        self._counted = found.agent.pk
+        self.bearer = found
+        # Joined before the first read, which reads the token again: a revocation committed
+        # in between is either seen there or pushed here.
+        await self._join(token_group(found.token_id), agent_sockets_group(found.agent.pk))
+        return found
 
-    async def _join(self, group: str) -> None:
-        # Listed in self.groups, the group is left by websocket_disconnect.
-        await self.channel_layer.group_add(group, self.channel_name)
-        self.groups.append(group)
+    async def _join(self, *groups: str) -> None:
+        # Listed in self.groups, the groups are left by websocket_disconnect. At once: with
+        # Redis, each is a round trip.
+        await asyncio.gather(*(self.channel_layer.group_add(g, self.channel_name) for g in groups))
+        self.groups.extend(groups)
+
+    def _watch_access(self) -> None:
+        self._access_watch = asyncio.get_running_loop().create_task(self._recheck_access())
+
+    async def _recheck_access(self) -> None:
+        assert self.bearer is not None
+        while True:
+            await asyncio.sleep(ACCESS_RECHECK_SECONDS)
+            try:
+                await _still_valid(self.bearer.token_id)
+            except ApiError as error:
+                await self._end(error.close_code)
+                return
+
+    async def sockets_close(self, event: dict[str, Any]) -> None:
+        """A push from ``approvals.notify``: the token was revoked or the agent disabled."""
+        await self._end(int(event["code"]))
+
+    async def _end(self, code: int) -> None:
+        """Close once, whoever asks first (a final state, a revocation, a recheck)."""
+        if self._ended:
+            return
+        self._ended = True
+        await self.close(code=code)
+
+    async def disconnect(self, code: int) -> None:
+        self._ended = True
+        watch, self._access_watch = self._access_watch, None
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
+        counted, self._counted = self._counted, None
+        if counted is not None:
+            agent_socket_give_back(counted)
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
@@ -148,30 +272,40 @@ class AgentCallConsumer(_AgentConsumer):
     async def connect(self) -> None:
         ensure_sweeper_started()
         await self.accept()
-        agent = await self._authenticate()
-        if agent is None:
+        found = await self._authenticate()
+        if found is None:
             return
         call_id: uuid.UUID = self.scope["url_route"]["kwargs"]["call_id"]
-        if not await _owns_call(agent, call_id):
-            await self.close(code=CLOSE_NOT_FOUND)
+        if not await _owns_call(found.agent, call_id):
+            await self._end(CLOSE_NOT_FOUND)
             return
-        self.agent, self.call_id = agent, call_id
+        self.agent, self.call_id = found.agent, call_id
         await self._join(call_group(call_id))
-        await self._refresh()
+        try:
+            state = await _call_state_still_valid(found.token_id, found.agent, call_id)
+        except ApiError as error:
+            await self._end(error.close_code)
+            return
+        await self._deliver(state)
+        if not self._finished:
+            self._watch_access()
+
+    async def _end(self, code: int) -> None:
+        self._finished = True
+        self._stop_timer()
+        await super()._end(code)
 
     async def disconnect(self, code: int) -> None:
         self._finished = True
         self._stop_timer()
+        await super().disconnect(code)
 
     async def call_changed(self, event: dict[str, Any]) -> None:
         """A push from ``approvals.notify``: it carries the full state, no need to re-read."""
         state: State = event["call"]
         if state.get("id") == str(self.call_id):
             await self._deliver(state)
-
-    async def _refresh(self) -> None:
-        """Send the state as the database has it."""
-        await self._deliver(await self._read())
+            decision_pushed(state, via=PushedVia.CALL_SOCKET)
 
     async def _read(self) -> State | None:
         assert self.agent is not None
@@ -184,16 +318,14 @@ class AgentCallConsumer(_AgentConsumer):
         if self._finished or state == self._last_sent:
             return
         if state is None:  # deleted while watched
-            self._finished = True
-            self._stop_timer()
-            await self.close(code=CLOSE_NOT_FOUND)
+            await self._end(CLOSE_NOT_FOUND)
             return
         self._last_sent = state
         if state["status"] in Call.Status.FINAL:
             self._finished = True
             self._stop_timer()
             await self._send_state(state)
-            await self.close(code=CLOSE_NORMAL)
+            await self._end(CLOSE_NORMAL)
             return
         # Armed before the send's await, so that the latest state sent always sets the timer.
         self._arm(state.get("expires_at"))
@@ -244,51 +376,90 @@ class AgentStreamConsumer(_AgentConsumer):
     async def connect(self) -> None:
         ensure_sweeper_started()
         await self.accept()
-        agent = await self._authenticate()
-        if agent is None:
+        found = await self._authenticate()
+        if found is None:
             return
         try:
             since = parse_since(self.scope["query_string"])
         except ValueError:
-            await self.close(code=CLOSE_BAD_REQUEST)
+            await self._end(CLOSE_BAD_REQUEST)
             return
-        await self._join(agent_group(agent.pk))
-        for state in await _agent_states(agent, since):
+        await self._join(agent_group(found.agent.pk))
+        try:
+            states = await _agent_states(found.token_id, found.agent, since)
+        except ApiError as error:
+            await self._end(error.close_code)
+            return
+        for state in states:
             await self._send_state(state)
+        self._watch_access()
 
     async def call_changed(self, event: dict[str, Any]) -> None:
         await self._send_state(event["call"])
+        decision_pushed(event["call"], via=PushedVia.AGENT_STREAM)
 
 
 # --- The approver's pages ---------------------------------------------------------------------
 
 
-def _person(user_id: int, session_key: str | None) -> User | None:
-    """The user re-read from the database, if their session still exists and they may still
-    see the pages (``scope["user"]`` is fixed at connect; a logout or a lost permission must
-    end the socket's pushes)."""
-    if session_key is None or not import_module(settings.SESSION_ENGINE).SessionStore().exists(
-        session_key
+def _session_store(session_key: str) -> SessionBase:
+    store: SessionBase = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return store
+
+
+def _session_expiry(session_key: str, user_id: int) -> datetime | None:
+    """When this session expires, while it still is this person's login, made with their
+    current password, and they are active and may see the pages; None otherwise.
+
+    Django's ``get_user`` checks the same, but flushes the session or cycles its key when it
+    does not verify: here nothing is written, the next page request does that.
+    """
+    store = _session_store(session_key)
+    backend_path = store.get(BACKEND_SESSION_KEY)
+    # A missing or expired session reads as empty.
+    if (
+        store.get(SESSION_KEY) != str(user_id)
+        or backend_path not in settings.AUTHENTICATION_BACKENDS
     ):
         return None
+    user = load_backend(backend_path).get_user(user_id)
+    if user is None or not may_view(user):
+        return None
+    stored_hash = store.get(HASH_SESSION_KEY) or ""
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    if not any(constant_time_compare(stored_hash, known) for known in hashes):
+        return None  # the password changed since this login
+    if isinstance(store, DatabaseSessionStore):
+        # get_expiry_date() counts from now unless an expiry was set: the row has the truth.
+        expiry: datetime | None = (
+            store.get_model_class()
+            .objects.filter(session_key=session_key)
+            .values_list("expire_date", flat=True)
+            .first()
+        )
+        return expiry
+    return store.get_expiry_date()
+
+
+def _viewer(user_id: int) -> User | None:
+    """The person re-read from the database (``scope["user"]`` is fixed at connect), if they
+    may still see the pages."""
     user = User.objects.filter(pk=user_id).first()
     return user if user is not None and may_view(user) else None
 
 
-@database_sync_to_async
-def _queue_html(user_id: int, session_key: str | None) -> str | None:
-    user = _person(user_id, session_key)
+def _queue_html(user_id: int) -> str | None:
+    user = _viewer(user_id)
     if user is None:
         return None
     queue = queue_for_user(user=user)
     return render_to_string("approvals/queue.html#queue", {"queue": queue, "oob": True})
 
 
-@database_sync_to_async
-def _call_html(user_id: int, session_key: str | None, call_id: uuid.UUID) -> str | None:
+def _call_html(user_id: int, call_id: uuid.UUID) -> str | None:
     """The call page's live parts for this person; its decision part only once it holds no
     form, so that nobody loses a comment they are typing. ``""``: the call is gone."""
-    user = _person(user_id, session_key)
+    user = _viewer(user_id)
     if user is None:
         return None
     page = call_page(call_id=call_id, user=user)
@@ -299,97 +470,201 @@ def _call_html(user_id: int, session_key: str | None, call_id: uuid.UUID) -> str
     return "".join(render_to_string(f"approvals/call.html#{part}", context) for part in parts)
 
 
-class _PageConsumer(AsyncWebsocketConsumer):
+_session_expiry_async = page_database(_session_expiry)
+_queue_html_async = page_database(_queue_html)
+_call_html_async = page_database(_call_html)
+
+
+class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
     """A logged-in person's page, re-rendered from the database on connect and after changes.
 
-    Wrapped in ``AllowedHostsOriginValidator(AuthMiddlewareStack(...))`` (``routing.py``): a
-    foreign Origin never gets here. Without a session, or without ``approvals.view_call`` /
-    ``approvals.decide_call``, the socket is accepted and closed with ``4403``. Pushes only
-    say "something changed": each is answered by one render from the database, and changes
-    that arrive while a render is under way are folded into one more render.
+    Wrapped in ``SameOriginValidator(AuthMiddlewareStack(...))`` (``routing.py``): a foreign
+    Origin — another site, or another port of this one — never gets here. Without a session,
+    or without ``approvals.view_call`` / ``approvals.decide_call``, the socket is accepted and
+    closed with ``4403``; past the person's cap, with ``4429``. A logout of its session, the
+    person's deactivation, a password change or a change of their permissions closes it with
+    ``4403`` (``notify.session_sockets_close``, ``notify.person_sockets_close``); so does its
+    session's expiry, remembered at connect and read again before each push and every
+    ``SESSION_RECHECK_SECONDS``.
+
+    Pushes only say "something changed" (through the process's one channel in the queue
+    group, ``fairness.page_hub_join``): each is answered by one render from the database,
+    shared with every socket of the same view in the process (``fairness.shared``), after the
+    session is checked again (shared per session). A change after a quiet spell is pushed at
+    once; changes that come within ``PAGE_PUSH_INTERVAL`` of the last push, or while a render
+    is under way, are folded into one more.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.user_id: int | None = None
-        self._stale = False
+        self.user_id: int | None = None  # None once the socket is ending
+        self._session_key = ""
+        self._expires: datetime | None = None  # the session's, as last read
+        self._counted: int | None = None  # the person whose cap this socket counts in
+        # When the latest change not yet rendered reached the process (fairness.now's clock).
+        self._stale_since: float | None = None
+        self._pushed_at = -PAGE_PUSH_INTERVAL  # fairness.now()'s clock
         self._renderer: asyncio.Task[None] | None = None
+        self._session_watch: asyncio.Task[None] | None = None
+        self._ended = False
 
     async def connect(self) -> None:
         ensure_sweeper_started()
         await self.accept()
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_FORBIDDEN)
+        session = self.scope.get("session")
+        session_key = None if session is None else session.session_key
+        if user is None or not user.is_authenticated or not session_key:
+            await self._end(CLOSE_FORBIDDEN)
             return
-        self.user_id = user.pk
-        await self.channel_layer.group_add(QUEUE_GROUP, self.channel_name)
-        self.groups.append(QUEUE_GROUP)
-        # Joined first, then rendered: no change falls between the two.
-        await self._push()
+        if not person_socket_take(user.pk):
+            await self._end(CLOSE_TOO_MANY)
+            return
+        self._counted = self.user_id = user.pk
+        self._session_key = session_key
+        # The queue's changes come through the process's one channel in the queue group;
+        # what ends this socket's access, through groups of its own.
+        groups = (person_group(user.pk), session_group(session_key))
+        await asyncio.gather(*(self.channel_layer.group_add(g, self.channel_name) for g in groups))
+        self.groups.extend(groups)  # left by websocket_disconnect
+        await page_hub_join(self._queue_changed)
+        # Joined first, then checked and rendered: no change and no logout falls between.
+        await self._push(since=now())
+        if self.user_id is not None:
+            loop = asyncio.get_running_loop()
+            self._session_watch = loop.create_task(self._recheck_session())
 
     async def disconnect(self, code: int) -> None:
+        self._ended = True
         self.user_id = None
-        renderer, self._renderer = self._renderer, None
-        if renderer is not None and renderer is not asyncio.current_task():
-            renderer.cancel()
+        page_hub_leave(self._queue_changed)
+        self._stop_tasks()
+        counted, self._counted = self._counted, None
+        if counted is not None:
+            person_socket_give_back(counted)
+
+    def _stop_tasks(self) -> None:
+        for task in (self._renderer, self._session_watch):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self._renderer = self._session_watch = None
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
     ) -> None:
         """The page has nothing to say: whatever it sends is ignored."""
 
-    async def call_changed(self, event: dict[str, Any]) -> None:
+    def _queue_changed(self, event: dict[str, Any], arrived: float) -> None:
+        """A push from ``approvals.notify`` to the queue group, as the process received it at
+        ``arrived`` (``fairness.page_hub_join``)."""
         if self.user_id is None or not self._concerns(event["call"]):
             return
-        self._stale = True
+        self._stale_since = max(arrived, self._stale_since or arrived)
         if self._renderer is None or self._renderer.done():
             self._renderer = asyncio.get_running_loop().create_task(self._render_while_stale())
+
+    async def sockets_close(self, event: dict[str, Any]) -> None:
+        """A push from ``approvals.notify``: a logout, a deactivation, a password change, or
+        permissions that may be lost."""
+        await self._end(int(event["code"]))
 
     def _concerns(self, state: State) -> bool:
         raise NotImplementedError
 
+    def _view(self) -> tuple[Hashable, Callable[[], Any]]:
+        """What this socket shows, as a key naming all it depends on, and its render."""
+        raise NotImplementedError
+
     async def _render_while_stale(self) -> None:
-        while self._stale and self.user_id is not None:
-            self._stale = False
+        while self._stale_since is not None and self.user_id is not None:
+            wait = self._pushed_at + PAGE_PUSH_INTERVAL - now()
+            if wait > 0:
+                await asyncio.sleep(wait)  # what changes meanwhile goes into the same push
+            since, self._stale_since = self._stale_since, None
             try:
-                await self._push()
+                await self._push(since=since)
             except Exception:
                 logger.exception("rendering a page push failed")
 
-    def _session_key(self) -> str | None:
-        session = self.scope.get("session")
-        return None if session is None else session.session_key
+    async def _push(self, *, since: float) -> None:
+        """Check the session, render, check the session's expiry again, send; the check and
+        the render are shared with the other sockets asking, if they started after
+        ``since``."""
+        if not await self._session_holds(since=since):
+            return
+        key, render = self._view()
+        html: str | None = await shared(key, render, since=since)
+        if self.user_id is None:  # ended while rendering
+            return
+        if html is None or self._expired():
+            await self._end(CLOSE_FORBIDDEN)
+        elif html == "":
+            await self._end(CLOSE_NOT_FOUND)
+        else:
+            self._pushed_at = now()
+            await page_send(lambda: self.send(text_data=html))
 
-    async def _push(self) -> None:
-        raise NotImplementedError
+    async def _session_holds(self, *, since: float) -> bool:
+        """Whether the session still lets this person see the pages (read once for every
+        socket of the session asking at the same time); if not, the socket is ended."""
+        user_id, session_key = self.user_id, self._session_key
+        if user_id is None:
+            return False
+        self._expires = await shared(
+            ("session", session_key, user_id),
+            lambda: _session_expiry_async(session_key, user_id),
+            since=since,
+        )
+        if self._expired():
+            await self._end(CLOSE_FORBIDDEN)
+            return False
+        return self.user_id is not None
 
-    async def _refuse(self) -> None:
+    def _expired(self) -> bool:
+        return self._expires is None or self._expires <= timezone.now()
+
+    async def _recheck_session(self) -> None:
+        """Every ``SESSION_RECHECK_SECONDS``, and when the session expires, check it again:
+        a session that ended without a push (expired, deleted, a lost message) gets no
+        further pushes and its socket is closed."""
+        while self.user_id is not None:
+            wait = SESSION_RECHECK_SECONDS
+            if self._expires is not None:
+                left = (self._expires - timezone.now()).total_seconds()
+                wait = max(0.0, min(wait, left))
+            await asyncio.sleep(wait)
+            await self._session_holds(since=now())
+
+    async def _end(self, code: int) -> None:
+        """Close once, whoever asks first (a push, a check, the session's watch)."""
+        if self._ended:
+            return
+        self._ended = True
         self.user_id = None
-        await self.close(code=CLOSE_FORBIDDEN)
+        self._stop_tasks()
+        await self.close(code=code)
 
 
 class QueueConsumer(_PageConsumer):
     """``/ws/v1/queue``: the whole queue as this person sees it, on every (re)connect and
     after every change to a call that waits or waited: a pending one, or one that has just
     left the queue (only a held call can end approved, denied, expired or cancelled). Calls
-    allowed or refused at once never were in it."""
+    allowed or refused at once never were in it. One render per person per change, whatever
+    the number of their sockets."""
 
     def _concerns(self, state: State) -> bool:
         return state.get("status") not in Call.Status.NEVER_HELD
 
-    async def _push(self) -> None:
-        assert self.user_id is not None
-        html = await _queue_html(self.user_id, self._session_key())
-        if html is None:
-            await self._refuse()
-            return
-        await self.send(text_data=html)
+    def _view(self) -> tuple[Hashable, Callable[[], Any]]:
+        user_id = self.user_id
+        assert user_id is not None
+        return ("queue", user_id), lambda: _queue_html_async(user_id)
 
 
 class CallPageConsumer(_PageConsumer):
     """``/ws/v1/queue/calls/<id>``: the call page's live parts, on every (re)connect and
-    after every change to this call or to any ledger (an allowed or approved call)."""
+    after every change to this call or to any ledger (an allowed or approved call). One render
+    per person and call per change."""
 
     LEDGER_CHANGES = frozenset({Call.Status.ALLOWED, Call.Status.APPROVED})
 
@@ -399,14 +674,8 @@ class CallPageConsumer(_PageConsumer):
             or state.get("status") in self.LEDGER_CHANGES
         )
 
-    async def _push(self) -> None:
-        assert self.user_id is not None
+    def _view(self) -> tuple[Hashable, Callable[[], Any]]:
+        user_id = self.user_id
+        assert user_id is not None
         call_id: uuid.UUID = self.scope["url_route"]["kwargs"]["call_id"]
-        html = await _call_html(self.user_id, self._session_key(), call_id)
-        if html is None:
-            await self._refuse()
-        elif html == "":
-            self.user_id = None
-            await self.close(code=CLOSE_NOT_FOUND)
-        else:
-            await self.send(text_data=html)
+        return ("call", user_id, call_id), lambda: _call_html_async(user_id, call_id)

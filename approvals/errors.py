@@ -39,11 +39,14 @@ AGENT_DISABLED = "This agent is disabled."
 NOT_FOUND = "No such call."
 NO_SUCH_ENDPOINT = "No such endpoint."
 METHOD_NOT_ALLOWED = "This method is not allowed here."
-# The parameter's name and what it may be, both ours: never the value that was sent.
+# The parameter's name and what it may be, both ours: never the value that was sent. The
+# approver's pages say the same of their query strings (approvals/querystring.py).
 BAD_QUERY = "The query parameter {name} is malformed or out of range ({expected})."
+QUERY_REPEATED = "The query parameter {name} is given more than once."
+QUERY_TOO_MANY = "The query string has more than {most} parameters."
 QUERY_RANGE = "{low} to {high}"
 QUERY_CHOICES = "one of {choices}"
-QUERY_NO_NUL = "text without U+0000"
+QUERY_TEXT = "text of at most {most} characters without U+0000"
 BAD_PARAMETERS = "A parameter of the request is malformed."
 ALREADY_FINAL = "The call is already final."
 IDEMPOTENCY_CONFLICT = "This Idempotency-Key was used with a different request body."
@@ -84,6 +87,12 @@ class ApiError(Exception):
 def query_refusal(*, name: str, expected: str) -> ApiError:
     """The ``400`` for a query parameter, naming it and what it may be."""
     return ApiError(400, Code.BAD_REQUEST, BAD_QUERY.format(name=name, expected=expected))
+
+
+def query_repeated(*, name: str) -> ApiError:
+    """The ``400`` for a query parameter given more than once: which of them counts would be
+    a guess."""
+    return ApiError(400, Code.BAD_REQUEST, QUERY_REPEATED.format(name=name))
 
 
 def json_error_bytes(code: str, message: str) -> bytes:

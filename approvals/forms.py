@@ -1,11 +1,70 @@
-"""Forms of the approver's pages."""
+"""Forms of the approver's pages, and what each of their query parameters may be."""
 
 from __future__ import annotations
 
-from django import forms
+import re
+from typing import TYPE_CHECKING, Any
 
+from django import forms
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
+
+from approvals.errors import QUERY_CHOICES, QUERY_RANGE, QUERY_TEXT
 from approvals.models import Agent
-from approvals.selectors.history import HISTORY_STATUSES, HistoryFilters
+from approvals.querystring import BadQuery, bad_parameter
+from approvals.selectors.history import (
+    HISTORY_FIRST_DAY,
+    HISTORY_LAST_DAY,
+    HISTORY_STATUSES,
+    HistoryFilters,
+)
+from approvals.services.submissions import TEXT_LIMITS
+
+TOOL_LIMIT = 128  # as the submission's tool pattern allows
+PRINCIPAL_LIMIT = TEXT_LIMITS["principal"]
+AGENT_ID = re.compile(r"[1-9][0-9]{0,17}", re.ASCII)
+DATE_FORMAT = "%Y-%m-%d"  # what a browser's date input sends
+
+HISTORY_DATES = f"a date YYYY-MM-DD from {HISTORY_FIRST_DAY} to {HISTORY_LAST_DAY}"
+# What each of the history's parameters may be, for the 400 that names one. An empty value is
+# the same as none.
+HISTORY_EXPECTED = {
+    "status": QUERY_CHOICES.format(choices=", ".join(HISTORY_STATUSES)),
+    "agent": "the id of an agent",
+    "tool": QUERY_TEXT.format(most=TOOL_LIMIT),
+    "principal": QUERY_TEXT.format(most=PRINCIPAL_LIMIT),
+    "since": HISTORY_DATES,
+    "until": f"{HISTORY_DATES}, not before since",
+}
+PAGE_NUMBER = re.compile(r"[0-9]{1,10}", re.ASCII)
+
+
+if TYPE_CHECKING:
+    _AgentChoice = forms.ModelChoiceField[Agent]
+else:  # generic only in django-stubs
+    _AgentChoice = forms.ModelChoiceField
+
+
+class AgentField(_AgentChoice):
+    """An agent by its id, in decimal digits only: ``int()`` would also take ``" 1_0 "``, and
+    anything else need not reach the database."""
+
+    def to_python(self, value: Any) -> Agent | None:
+        if value not in self.empty_values and not (
+            isinstance(value, str) and AGENT_ID.fullmatch(value)
+        ):
+            raise ValidationError(self.error_messages["invalid_choice"], code="invalid_choice")
+        return super().to_python(value)
+
+
+def _date_field(label: str) -> forms.DateField:
+    return forms.DateField(
+        required=False,
+        label=label,
+        input_formats=[DATE_FORMAT],
+        validators=[MaxValueValidator(HISTORY_LAST_DAY)],
+        widget=forms.DateInput({"type": "date"}, format=DATE_FORMAT),
+    )
 
 
 class HistoryFilterForm(forms.Form):
@@ -14,13 +73,13 @@ class HistoryFilterForm(forms.Form):
     status = forms.ChoiceField(
         required=False, choices=[("", "any status"), *((s, s) for s in HISTORY_STATUSES)]
     )
-    agent = forms.ModelChoiceField(
+    agent = AgentField(
         required=False, queryset=Agent.objects.order_by("name"), empty_label="any agent"
     )
-    tool = forms.CharField(required=False, max_length=128, strip=True)
-    principal = forms.CharField(required=False, max_length=200, strip=True)
-    since = forms.DateField(required=False, label="From", widget=forms.DateInput({"type": "date"}))
-    until = forms.DateField(required=False, label="To", widget=forms.DateInput({"type": "date"}))
+    tool = forms.CharField(required=False, max_length=TOOL_LIMIT, strip=True)
+    principal = forms.CharField(required=False, max_length=PRINCIPAL_LIMIT, strip=True)
+    since = _date_field("From")
+    until = _date_field("To")
 
     def clean(self) -> dict[str, object]:
         cleaned = super().clean() or {}
@@ -30,14 +89,29 @@ class HistoryFilterForm(forms.Form):
         return cleaned
 
     def filters(self) -> HistoryFilters:
-        """The valid filters; a field that did not validate is left out."""
-        self.is_valid()  # cleans once; an invalid field is absent from cleaned_data
+        """The filters; ``BadQuery`` naming each field that did not validate."""
+        if not self.is_valid():
+            raise BadQuery(
+                bad_parameter(name, HISTORY_EXPECTED[name])
+                for name in self.fields
+                if name in self.errors
+            )
         data = self.cleaned_data
         return HistoryFilters(
-            status=data.get("status") or "",
-            agent=data.get("agent"),
-            tool=data.get("tool") or "",
-            principal=data.get("principal") or "",
-            since=data.get("since"),
-            until=data.get("until"),
+            status=data["status"],
+            agent=data["agent"],
+            tool=data["tool"],
+            principal=data["principal"],
+            since=data["since"],
+            until=data["until"],
         )
+
+
+def history_page(raw: str | None, *, pages: int) -> int:
+    """The page number asked for (the first when none is), or ``BadQuery`` naming ``page``
+    when it is not one of the ``pages``."""
+    if not raw:
+        return 1
+    if not PAGE_NUMBER.fullmatch(raw) or not 1 <= int(raw) <= pages:
+        raise BadQuery([bad_parameter("page", QUERY_RANGE.format(low=1, high=pages))])
+    return int(raw)

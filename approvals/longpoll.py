@@ -4,13 +4,14 @@ Django's handler holds a thread per request for as long as the response takes, s
 long-poll there costs a thread. Here a waiter costs a coroutine: each database read runs in a
 short ``sync_to_async(thread_sensitive=False)`` call that closes its connection, and the wait
 itself is on the channel layer. The waiter joins the call's group *before* it reads the
-state, so a decision made between the read and the wait is not missed.
+state, so a decision made between the read and the wait is not missed; it joins its token's
+and its agent's groups too, so that revoking the token or disabling the agent answers it
+``401``/``403`` at once (``notify.agent_sockets_close``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import re
@@ -25,19 +26,29 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from approvals.agent_auth import authorization_values, bearer_agent
+from approvals.agent_auth import Bearer, authorization_values, bearer, bearer_still_valid
 from approvals.errors import (
+    AGENT_DISABLED,
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
     QUERY_RANGE,
+    UNAUTHENTICATED,
     ApiError,
     Code,
     query_refusal,
+    query_repeated,
     send_error,
     send_json,
 )
+from approvals.metrics import LONG_POLLS, PushedVia, decision_pushed
 from approvals.models import Agent, Call
-from approvals.notify import call_group
+from approvals.notify import (
+    CLOSE_TOKEN_REVOKED,
+    SOCKETS_CLOSE,
+    agent_sockets_group,
+    call_group,
+    token_group,
+)
 from approvals.selectors.calls import call_for_agent, call_state
 from config.runtime.asgi_types import Receive, Scope, Send
 from config.runtime.sweeper import expire_due_now
@@ -53,9 +64,9 @@ def default_wait() -> int:
     return min(DEFAULT_WAIT, settings.COUNTERSIGN_MAX_WAIT)
 
 
-def _read_agent(scope: Scope) -> Agent:
+def _read_bearer(scope: Scope) -> Bearer:
     try:
-        return bearer_agent(authorization=authorization_values(scope.get("headers", [])))
+        return bearer(authorization=authorization_values(scope.get("headers", [])))
     finally:
         close_old_connections()
 
@@ -68,11 +79,31 @@ def _read_state(agent: Agent, call_id: uuid.UUID) -> dict[str, Any] | None:
         close_old_connections()
 
 
+def _read_state_still_valid(found: Bearer, call_id: uuid.UUID) -> dict[str, Any] | None:
+    """The first read, once the waiter listens on its token's groups: the token is read again
+    first, as a revocation committed before the listening was pushed to nobody."""
+    try:
+        bearer_still_valid(token_id=found.token_id)
+    finally:
+        close_old_connections()
+    return _read_state(found.agent, call_id)
+
+
+def _access_ended(code: int) -> ApiError:
+    """The refusal a ``sockets.close`` push stands for."""
+    if code == CLOSE_TOKEN_REVOKED:
+        return ApiError(401, Code.UNAUTHENTICATED, UNAUTHENTICATED)
+    return ApiError(403, Code.AGENT_DISABLED, AGENT_DISABLED)
+
+
 def _timeout(scope: Scope) -> int:
-    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("timeout")
+    query = scope.get("query_string", b"").decode("latin-1")
+    values = parse_qs(query, keep_blank_values=True).get("timeout")
     if values is None:
         return default_wait()
-    raw, most = values[-1], settings.COUNTERSIGN_MAX_WAIT
+    if len(values) > 1:
+        raise query_repeated(name="timeout")
+    raw, most = values[0], settings.COUNTERSIGN_MAX_WAIT
     if not re.fullmatch(r"[0-9]{1,6}", raw, re.ASCII) or int(raw) > most:
         raise query_refusal(name="timeout", expected=QUERY_RANGE.format(low=0, high=most))
     return int(raw)
@@ -87,14 +118,15 @@ def _seconds_to_expiry(state: dict[str, Any]) -> float | None:
 
 
 class _Pushes:
-    """The call's pushes from the channel layer, with the database as the fallback.
+    """The call's pushes from the channel layer, with the database as the fallback, and the
+    token's and agent's ``sockets.close`` pushes.
 
     Pushes are hints: if the layer fails (Redis restarting, say), the waiter does not fail
     with it but reads the database every ``POLL_SECONDS`` until it can answer.
     """
 
-    def __init__(self, group: str) -> None:
-        self.group = group
+    def __init__(self, groups: list[str]) -> None:
+        self.groups = groups
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self.live = False
@@ -102,8 +134,9 @@ class _Pushes:
     async def open(self) -> None:
         try:
             assert self.layer is not None
-            self.channel = await self.layer.new_channel()
-            await self.layer.group_add(self.group, self.channel)
+            channel = self.channel = await self.layer.new_channel()
+            # At once: with Redis, each is a round trip.
+            await asyncio.gather(*(self.layer.group_add(group, channel) for group in self.groups))
             self.live = True
         except Exception:
             logger.warning(
@@ -113,7 +146,8 @@ class _Pushes:
     async def next(
         self, disconnected: asyncio.Future[None], seconds: float
     ) -> dict[str, Any] | None:
-        """The next pushed call state; None after ``seconds``, or at once when not live."""
+        """The next pushed call state; None after ``seconds``, or at once when not live.
+        Raises ``ApiError`` when the token was revoked or the agent disabled."""
         if not self.live:
             done, _ = await asyncio.wait({disconnected}, timeout=min(seconds, POLL_SECONDS))
             if done:
@@ -131,26 +165,39 @@ class _Pushes:
         if message not in done:
             return None
         try:
-            return dict(message.result()["call"])
+            pushed = dict(message.result())
+            if pushed["type"] != SOCKETS_CLOSE:
+                return dict(pushed["call"])
         except Exception:
             logger.warning("channel layer failed; a long-poll reads the database instead")
             self.live = False
             return None
+        raise _access_ended(int(pushed["code"]))
 
     async def close(self) -> None:
         if self.live and self.layer is not None and self.channel is not None:
-            with contextlib.suppress(Exception):
-                await self.layer.group_discard(self.group, self.channel)
+            channel = self.channel
+            # A failing layer forgets the groups by itself (they expire): nothing to report.
+            await asyncio.gather(
+                *(self.layer.group_discard(group, channel) for group in self.groups),
+                return_exceptions=True,
+            )
 
 
-async def _wait(agent: Agent, call_id: uuid.UUID, timeout: int, receive: Receive) -> dict[str, Any]:
+async def _wait(
+    found: Bearer, call_id: uuid.UUID, timeout: int, receive: Receive
+) -> dict[str, Any]:
     """The call's state once it is final, or when ``timeout`` seconds have passed."""
+    agent = found.agent
     read = sync_to_async(_read_state, thread_sensitive=False)
-    pushes = _Pushes(call_group(call_id))
+    pushes = _Pushes(
+        [call_group(call_id), token_group(found.token_id), agent_sockets_group(agent.pk)]
+    )
     await pushes.open()  # before the read: a decision made in between is pushed, not missed
     disconnected = asyncio.ensure_future(_until_disconnect(receive))
+    LONG_POLLS.inc()
     try:
-        state = await read(agent, call_id)
+        state = await sync_to_async(_read_state_still_valid, thread_sensitive=False)(found, call_id)
         if state is None:
             raise ApiError(404, Code.NOT_FOUND, NOT_FOUND)
         clock = asyncio.get_running_loop().time
@@ -169,10 +216,12 @@ async def _wait(agent: Agent, call_id: uuid.UUID, timeout: int, receive: Receive
             pushed = await pushes.next(disconnected, wait_for)
             if pushed is not None:
                 state = pushed
+                decision_pushed(pushed, via=PushedVia.LONG_POLL)
             elif not pushes.live:
                 state = await read(agent, call_id) or state
         return state
     finally:
+        LONG_POLLS.dec()
         disconnected.cancel()
         await pushes.close()
 
@@ -189,13 +238,13 @@ async def wait_app(scope: Scope, receive: Receive, send: Send) -> None:
             raise ApiError(405, Code.METHOD_NOT_ALLOWED, METHOD_NOT_ALLOWED)
         match = WAIT_PATH.match(scope["path"])
         assert match is not None
-        agent = await sync_to_async(_read_agent, thread_sensitive=False)(scope)
+        found = await sync_to_async(_read_bearer, thread_sensitive=False)(scope)
         timeout = _timeout(scope)
         try:
             call_id = uuid.UUID(match["call_id"])
         except ValueError:
             raise ApiError(404, Code.NOT_FOUND, NOT_FOUND) from None
-        state = await _wait(agent, call_id, timeout, receive)
+        state = await _wait(found, call_id, timeout, receive)
     except ApiError as error:
         await send_error(send, error)
         return

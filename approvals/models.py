@@ -344,21 +344,26 @@ class LedgerEntry(models.Model):
         return f"{self.minor} on ledger {self.ledger_id}"
 
 
+AUDIT_NOT_CHANGED = "audit entries cannot be changed"
+AUDIT_NOT_DELETED = "audit entries cannot be deleted"
+
+
 class AppendOnly(Exception):
     """The audit log is append-only: entries are never changed or deleted."""
 
 
 class AuditEntryQuerySet(models.QuerySet["AuditEntry"]):
     def update(self, **kwargs: Any) -> int:
-        raise AppendOnly("audit entries cannot be changed")
+        raise AppendOnly(AUDIT_NOT_CHANGED)
 
     def delete(self) -> tuple[int, dict[str, int]]:
-        raise AppendOnly("audit entries cannot be deleted")
+        raise AppendOnly(AUDIT_NOT_DELETED)
 
 
 class AuditEntry(models.Model):
     """Append-only: written by ``services.audit`` only, shown read-only in admin. The ORM
-    refuses to change or delete an entry, through an instance or a queryset."""
+    refuses to change or delete an entry, through an instance or a queryset, and the
+    database refuses it too, whatever the path (triggers, ``queries/audit_entries.py``)."""
 
     class Action(models.TextChoices):
         CALL_ALLOWED = "call allowed", "call allowed"
@@ -380,6 +385,20 @@ class AuditEntry(models.Model):
         ADMIN_ADD = "admin add", "admin add"
         ADMIN_CHANGE = "admin change", "admin change"
         ADMIN_DELETE = "admin delete", "admin delete"
+        USER_CREATED = "user created", "user created"
+        USER_DELETED = "user deleted", "user deleted"
+        USER_ACTIVATED = "user activated", "user activated"
+        USER_DEACTIVATED = "user deactivated", "user deactivated"
+        USER_CHANGED = "user changed", "user changed"
+        PASSWORD_SET = "password set", "password set"
+        USER_GROUPS_CHANGED = "user groups changed", "user groups changed"
+        USER_PERMISSIONS_CHANGED = "user permissions changed", "user permissions changed"
+        GROUP_CREATED = "group created", "group created"
+        GROUP_DELETED = "group deleted", "group deleted"
+        GROUP_PERMISSIONS_CHANGED = "group permissions changed", "group permissions changed"
+        STANDING_RULE_CREATED = "standing rule created", "standing rule created"
+        LOGIN_LOCKED_OUT = "login locked out", "login locked out"
+        LOGIN_UNLOCKED = "login unlocked", "login unlocked"
 
         @classmethod
         def call(cls, status: str) -> AuditEntry.Action:
@@ -399,15 +418,20 @@ class AuditEntry(models.Model):
         GATE = "gate", "gate"
         GROUP = "group", "group"
         LEDGER_ENTRY = "ledgerentry", "ledgerentry"
+        LOGIN = "login", "login"
         PERMISSION_RULE = "permissionrule", "permissionrule"
         TOOL_CLASS = "toolclass", "toolclass"
         USER = "user", "user"
 
     at = models.DateTimeField()
+    # Who acted: the link, and the username as it was then, which no later rename changes.
+    # PROTECT: a person or agent with entries cannot be deleted (deactivate instead), so no
+    # delete ever nulls a link.
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
     )
-    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.SET_NULL)
+    username = models.CharField(max_length=150, blank=True)
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT)
     action = models.CharField(max_length=64, choices=Action.choices)
     object_type = models.CharField(max_length=64, choices=ObjectType.choices)
     object_id = models.CharField(max_length=64)
@@ -425,11 +449,11 @@ class AuditEntry(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
-            raise AppendOnly("audit entries cannot be changed")
+            raise AppendOnly(AUDIT_NOT_CHANGED)
         super().save(*args, **kwargs)
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        raise AppendOnly("audit entries cannot be deleted")
+        raise AppendOnly(AUDIT_NOT_DELETED)
 
 
 class RunCounter(models.Model):

@@ -3,6 +3,8 @@
 Every page needs a logged-in user with ``approvals.view_call`` or ``approvals.decide_call``
 (else ``403``). A page and its partials come from one template: the whole page for a
 browser, the named partial for an htmx request, the same partials for a WebSocket push.
+Each checks the query parameters it reads (``checks_own_query``) and ignores any other: a
+value it cannot use is a ``400`` naming the parameter (``approvals.querystring``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.forms import HistoryFilterForm
+from approvals.forms import HistoryFilterForm, history_page
 from approvals.models import Approval
+from approvals.querystring import BadQuery, checks_own_query, query_refused, single_values
 from approvals.selectors.call_page import call_page
 from approvals.selectors.deciders import may_view
 from approvals.selectors.history import history_calls, history_rows
@@ -27,6 +30,7 @@ from approvals.services.decisions import DecisionError, call_decide
 from approvals.services.lifecycle import AlreadyFinal, call_extend
 
 HISTORY_PAGE_SIZE = 50
+HISTORY_PARAMETERS = (*HistoryFilterForm.base_fields, "page")
 
 
 def _user(request: HttpRequest) -> User:
@@ -42,6 +46,7 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
     return f"{name}#{partial}" if request.htmx else name  # type: ignore[attr-defined]
 
 
+@checks_own_query
 @require_GET
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
@@ -59,6 +64,7 @@ def _render_call(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     return render(request, _template(request, "approvals/call.html", "call"), context)
 
 
+@checks_own_query
 @require_GET
 @login_required
 def call_detail(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
@@ -91,18 +97,21 @@ def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpR
     return HttpResponseRedirect(f"/calls/{call_id}/", status=303)
 
 
+@checks_own_query
 @require_POST
 @login_required
 def call_approve(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     return _decide(request, call_id, approve=True)
 
 
+@checks_own_query
 @require_POST
 @login_required
 def call_deny(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     return _decide(request, call_id, approve=False)
 
 
+@checks_own_query
 @require_POST
 @login_required
 def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
@@ -123,12 +132,17 @@ def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpRespon
     return HttpResponseRedirect(f"/calls/{call_id}/", status=303)
 
 
+@checks_own_query
 @require_GET
 @login_required
 def history(request: HttpRequest) -> HttpResponse:
     _user(request)
-    form = HistoryFilterForm(request.GET)
-    calls = history_calls(filters=form.filters())
-    page = Paginator(calls, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    try:
+        query = single_values(request.GET, HISTORY_PARAMETERS)
+        form = HistoryFilterForm(query)
+        paginator = Paginator(history_calls(filters=form.filters()), HISTORY_PAGE_SIZE)
+        page = paginator.page(history_page(query.get("page"), pages=paginator.num_pages))
+    except BadQuery as bad:
+        return query_refused(request, bad.problems)
     context = {"form": form, "page": page, "rows": history_rows(page.object_list)}
     return render(request, _template(request, "approvals/history.html", "results"), context)

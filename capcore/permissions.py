@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
+from types import MappingProxyType
 
 from capcore.findings import DEFAULT_GATE, REFUSE, Action, ActionKind, Finding, Policy
 
 __all__ = [
+    "CLAUDE_CODE_TOOLS",
     "DANGEROUS_WORDS",
     "READ_VERBS",
     "Classification",
@@ -32,6 +34,7 @@ __all__ = [
     "evaluate_permissions",
     "guess_tool_class",
     "held_by_mode_only",
+    "mcp_tool_part",
     "words_of_tool",
 ]
 
@@ -115,13 +118,43 @@ def words_of_tool(tool: str) -> list[str]:
     return [word.lower() for word in _WORD.findall(tool)]
 
 
+# Claude Code's own tools whose words do not tell what they do, by their exact names: the
+# others (Read, Edit, Write, MultiEdit, NotebookEdit, TodoWrite, Bash, WebFetch) classify by
+# their words as they should. WebSearch sends what the model writes to a search engine, and
+# Task starts a sub-agent that may use every tool: both reach past the machine.
+CLAUDE_CODE_TOOLS: Mapping[str, ToolClass] = MappingProxyType(
+    {
+        "Grep": ToolClass.READ,
+        "Glob": ToolClass.READ,
+        "LS": ToolClass.READ,
+        "WebSearch": ToolClass.DANGEROUS,
+        "Task": ToolClass.DANGEROUS,
+    }
+)
+
+# An MCP server's tool as Claude Code names it: mcp__<server>__<tool>, the server's name
+# without a double underscore.
+_MCP_TOOL = re.compile(r"mcp__(?:[^_]|_(?!_))+__(.+)", re.DOTALL)
+
+
+def mcp_tool_part(tool: str) -> str:
+    """The upstream tool's own name in ``mcp__<server>__<tool>``; any other name as it is."""
+    match = _MCP_TOOL.fullmatch(tool)
+    return tool if match is None else match[1]
+
+
 def guess_tool_class(tool: str) -> ToolClass:
     """The heuristic class of a tool no admin has pinned.
 
-    Whole words only: any dangerous word makes it dangerous wherever it stands; otherwise a
-    first word that is a read verb makes it read; anything else may change state, so write.
+    Claude Code's tools that words cannot tell are known by name (``CLAUDE_CODE_TOOLS``); an
+    MCP tool named ``mcp__<server>__<tool>`` is judged by its last part alone. Then whole
+    words only: any dangerous word makes it dangerous wherever it stands; otherwise a first
+    word that is a read verb makes it read; anything else may change state, so write.
     """
-    words = words_of_tool(tool)
+    known = CLAUDE_CODE_TOOLS.get(tool)
+    if known is not None:
+        return known
+    words = words_of_tool(mcp_tool_part(tool))
     if any(word in DANGEROUS_WORDS for word in words):
         return ToolClass.DANGEROUS
     if words and words[0] in READ_VERBS:

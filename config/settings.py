@@ -4,6 +4,7 @@ read here and nowhere else (see the Settings table in README.md)."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -41,6 +42,8 @@ INSTALLED_APPS = [
     "template_partials",
     # Listed so /api/v1/docs serves its assets locally instead of from a CDN.
     "ninja",
+    # Before approvals, whose admin replaces axes' admin of access attempts.
+    "axes",
     "approvals",
 ]
 
@@ -52,14 +55,21 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "approvals.actor.acting_request",  # who acted, for the entries written from signals
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "approvals.middleware.api_errors_as_json",
+    # A query string no page can use is a 400 page, never a 500 or a traceback page.
+    "approvals.querystring.QueryStringCheck",
+    # Last, as axes asks: turns a locked-out login's response into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
-# ModelBackend, with a person and their permissions read in plain SQL (approvals/auth.py).
-AUTHENTICATION_BACKENDS = ["approvals.auth.PermissionBackend"]
+# First the login throttle, which refuses a locked-out username and address before any
+# password is checked; then ModelBackend, with a person and their permissions read in plain
+# SQL (approvals/auth.py).
+AUTHENTICATION_BACKENDS = ["approvals.auth.LoginThrottle", "approvals.auth.PermissionBackend"]
 
 # Messages stay on the server: admin shows a new API token once through one.
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
@@ -154,6 +164,26 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
+# --- Logins ---------------------------------------------------------------------------------
+# django-axes (approvals/logins.py): this many failed logins for one username from one client
+# address, each within the lockout of the one before, lock that pair out for the lockout's
+# minutes from the last counted failure; attempts while locked out are refused unchecked and
+# do not extend it. Admin lifts a lockout by deleting its access attempt.
+COUNTERSIGN_LOGIN_FAILURES = env_int("COUNTERSIGN_LOGIN_FAILURES", 5, minimum=1, maximum=1000)
+COUNTERSIGN_LOGIN_LOCKOUT_MINUTES = env_int(
+    "COUNTERSIGN_LOGIN_LOCKOUT_MINUTES", 15, minimum=1, maximum=10_080
+)
+AXES_FAILURE_LIMIT = COUNTERSIGN_LOGIN_FAILURES
+AXES_COOLOFF_TIME = timedelta(minutes=COUNTERSIGN_LOGIN_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "approvals.logins.lockout_response"
+# The client's address is REMOTE_ADDR: the peer's, or the one a trusted proxy names
+# (COUNTERSIGN_FORWARDED_ALLOW_IPS, applied by the server). Never a header anyone can send
+# (as django-ipware would read, if installed), or a guesser would pick a new address each time.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+
 # --- Static files ---------------------------------------------------------------------------
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -192,6 +222,28 @@ COUNTERSIGN_REQUEST_THREADS = env_int(
     minimum=1,
     maximum=16,
 )
+# Requests that borrow threads of their own instead of the request threads
+# (config/runtime/pooled_handler.py): a login hashes its password (PBKDF2, about a third of a
+# second of CPU), and a dozen clients failing to log in must not keep agents waiting; health
+# checks and scrapes answer while every request thread is busy. Each entry: a pool's name, its
+# threads, its paths (the login views of config/urls.py and approvals/ops.py's routes), and
+# its threads' nice value: with the cores all busy, hashing yields them to agents' requests
+# (agents' p99 with 12 guessers, nice 10 against 0: 17-20 ms against 23-30 ms).
+COUNTERSIGN_LOGIN_THREADS = env_int("COUNTERSIGN_LOGIN_THREADS", 1, minimum=1, maximum=4)
+COUNTERSIGN_PATH_POOLS = [
+    ("login", COUNTERSIGN_LOGIN_THREADS, ["/accounts/login/", "/admin/login/"], 10),
+    ("ops", 1, ["/healthz", "/readyz", "/metrics"], 0),
+]
+# The bearer token a Prometheus scrape of /metrics presents; unset, /metrics is a 404.
+COUNTERSIGN_METRICS_TOKEN = env_str("COUNTERSIGN_METRICS_TOKEN", "")
 COUNTERSIGN_RATE_LIMIT = env_rate("COUNTERSIGN_RATE_LIMIT", "600/m")
+# Open WebSockets per person (queue and call pages) and per agent, counted in each server
+# process; one more is closed with 4429 (docs/reliability.md, "Fair sockets").
+COUNTERSIGN_MAX_SOCKETS_PER_USER = env_int(
+    "COUNTERSIGN_MAX_SOCKETS_PER_USER", 20, minimum=1, maximum=100_000
+)
+COUNTERSIGN_MAX_SOCKETS_PER_AGENT = env_int(
+    "COUNTERSIGN_MAX_SOCKETS_PER_AGENT", 1000, minimum=1, maximum=1_000_000
+)
 # Adds /bench/bare, the bare async endpoint bench/ compares the agent API with.
 COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False)

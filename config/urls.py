@@ -8,6 +8,7 @@ from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
+from approvals import ops
 from approvals.api import api, api_not_found
 from config import bench
 
@@ -22,6 +23,10 @@ def favicon_redirect(request: HttpRequest) -> HttpResponseRedirect:
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
     path("favicon.ico", favicon_redirect),
+    # For load balancers and Prometheus, on a thread of their own (COUNTERSIGN_PATH_POOLS).
+    path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
     # After logging in: the queue (Django's default, /accounts/profile/, is no page here).
     path(
         "accounts/login/",

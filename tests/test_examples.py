@@ -43,7 +43,9 @@ def _auto_approver(server: LiveServer, stop: threading.Event) -> None:
         connection.close()  # this thread's connection, back to the pool
 
 
-@pytest.mark.parametrize("example", ["gated_agent.py", "openai_tool_loop.py"])
+@pytest.mark.parametrize(
+    "example", ["gated_agent.py", "openai_tool_loop.py", "claude_code_hook.py"]
+)
 def test_the_example_runs_to_completion(example: str) -> None:
     _world()
     with live_server() as server:

@@ -18,7 +18,7 @@ SELVES = frozenset({"self", "cls"})
 def _modules() -> list[Path]:
     paths = [
         p
-        for folder in ("approvals", "capcore", "countersign", "config")
+        for folder in ("approvals", "capcore", "clients/python/countersign", "config")
         for p in (ROOT / folder).rglob("*.py")
     ]
     return [p for p in paths if "config/runtime" not in p.relative_to(ROOT).as_posix()]

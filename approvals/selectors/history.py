@@ -24,6 +24,11 @@ HISTORY_STATUSES = (
 )
 
 
+# The dates a filter may name: ``until`` is inclusive, so the day after it must be a date.
+HISTORY_FIRST_DAY = date.min
+HISTORY_LAST_DAY = date.max - timedelta(days=1)
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryFilters:
     status: str = ""
@@ -35,7 +40,8 @@ class HistoryFilters:
 
 
 def history_calls(*, filters: HistoryFilters) -> QuerySet[Call]:
-    """Final calls, newest first, narrowed by the filters (``until`` is inclusive)."""
+    """Final calls, newest first, narrowed by the filters (``until`` is inclusive, and no
+    later than ``HISTORY_LAST_DAY``)."""
     calls = Call.objects.exclude(status=Call.Status.PENDING)
     if filters.status:
         calls = calls.filter(status=filters.status)

@@ -1,5 +1,10 @@
 """Writes on agents and their API tokens. A token is shown once, when issued, and stored only
-as its SHA-256 digest and its first characters."""
+as its SHA-256 digest and its first characters.
+
+Every write that ends an agent's access — a token revoked, the agent disabled or deleted —
+also closes, after commit, the sockets and long-polls that authenticated with it
+(``notify.agent_sockets_close``): the admin and the commands write through here only.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from approvals import notify
 from approvals.models import Agent, AgentToken, AuditEntry
 from approvals.queries.agent_tokens import agent_token_find
 from approvals.services.audit import audit_record, audit_snapshot
@@ -84,9 +90,10 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def agent_authenticate(*, token: str) -> Agent | None:
-    """The agent holding this unrevoked token, found by the token's digest (an index lookup,
-    so no secret is compared byte by byte). Notes the token's use, at most once a minute.
+def agent_token_authenticate(*, token: str) -> tuple[Agent, int] | None:
+    """The agent holding this unrevoked token, and the token's id, found by the token's digest
+    (an index lookup, so no secret is compared byte by byte). Notes the token's use, at most
+    once a minute.
 
     In SQL (approvals/queries/agent_tokens.py): every request of an agent runs it.
     """
@@ -97,7 +104,13 @@ def agent_authenticate(*, token: str) -> Agent | None:
     now = timezone.now()
     if last_used_at is None or now - last_used_at > TOKEN_USE_RESOLUTION:
         AgentToken.objects.filter(pk=token_id).update(last_used_at=now)
-    return agent
+    return agent, token_id
+
+
+def agent_authenticate(*, token: str) -> Agent | None:
+    """The agent holding this unrevoked token (``agent_token_authenticate``)."""
+    found = agent_token_authenticate(token=token)
+    return None if found is None else found[0]
 
 
 @transaction.atomic
@@ -118,7 +131,8 @@ def agent_token_issue(*, agent: Agent, by_user: User | None = None) -> str:
 
 @transaction.atomic
 def agent_token_revoke(*, token_row: AgentToken, by_user: User | None = None) -> AgentToken:
-    """Revoke a token for good; revoking a revoked token changes nothing."""
+    """Revoke a token for good, closing what it opened; revoking a revoked token changes
+    nothing."""
     now = timezone.now()
     revoked = AgentToken.objects.filter(pk=token_row.pk, revoked_at__isnull=True).update(
         revoked_at=now
@@ -133,4 +147,45 @@ def agent_token_revoke(*, token_row: AgentToken, by_user: User | None = None) ->
             after="revoked",
             at=now,
         )
+        notify.agent_sockets_close(token_ids=[token_row.pk], code=notify.CLOSE_TOKEN_REVOKED)
     return token_row
+
+
+@transaction.atomic
+def agent_tokens_revoke(*, agent: Agent, by_user: User | None = None) -> int:
+    """Revoke every token of ``agent`` (each audited, each one's sockets closed); how many."""
+    rows = list(AgentToken.objects.select_for_update().filter(agent=agent, revoked_at=None))
+    for row in rows:
+        agent_token_revoke(token_row=row, by_user=by_user)
+    return len(rows)
+
+
+@transaction.atomic
+def agent_token_rotate(*, agent: Agent, by_user: User | None = None) -> str:
+    """Revoke every token of ``agent`` and issue it a new one, returned once."""
+    agent_tokens_revoke(agent=agent, by_user=by_user)
+    return agent_token_issue(agent=agent, by_user=by_user)
+
+
+@transaction.atomic
+def agent_save(*, agent: Agent) -> Agent:
+    """Save an agent changed in memory (admin's form, which audits the change itself); when
+    this disables it, its open sockets close with ``4403`` and its long-polls answer
+    ``403``."""
+    was_active = (
+        agent.pk is not None
+        and Agent.objects.select_for_update().filter(pk=agent.pk, active=True).exists()
+    )
+    agent.save()
+    if was_active and not agent.active:
+        notify.agent_sockets_close(agent_id=agent.pk, code=notify.CLOSE_AGENT_DISABLED)
+    return agent
+
+
+@transaction.atomic
+def agent_delete(*, agent: Agent) -> None:
+    """Delete an agent and its tokens (admin's delete, which audits it): its open sockets
+    close with ``4401``, as the tokens no longer exist."""
+    agent_id = agent.pk
+    agent.delete()
+    notify.agent_sockets_close(agent_id=agent_id, code=notify.CLOSE_TOKEN_REVOKED)

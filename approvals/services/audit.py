@@ -7,6 +7,7 @@ paths that insert their rows together with others (``sql.insert``).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Required, TypedDict, Unpack
 
@@ -54,14 +55,40 @@ def audit_object_type(model: type[models.Model]) -> AuditEntry.ObjectType:
         raise KeyError(NOT_AUDITED) from None
 
 
+def _user_access(user: User) -> str:
+    """A person's access, never the password or its hash."""
+    return json.dumps(
+        {
+            "username": user.get_username(),
+            "is_active": user.is_active,
+            "is_staff": user.is_staff,
+            "is_superuser": user.is_superuser,
+            "groups": sorted(user.groups.values_list("name", flat=True)),
+            "permissions": sorted(user.user_permissions.values_list("codename", flat=True)),
+        },
+        sort_keys=True,
+    )
+
+
+def _group_access(group: Group) -> str:
+    permissions = sorted(group.permissions.values_list("codename", flat=True))
+    return json.dumps({"name": group.name, "permissions": permissions}, sort_keys=True)
+
+
 def audit_snapshot(obj: models.Model) -> str:
-    """A row as an entry's ``before`` or ``after``: Django's JSON serialization."""
+    """A row as an entry's ``before`` or ``after``: Django's JSON serialization; for a person
+    or a group, the access they hold (the password hash is never written)."""
+    if isinstance(obj, User):
+        return _user_access(obj)
+    if isinstance(obj, Group):
+        return _group_access(obj)
     return str(serializers.serialize("json", [obj]))
 
 
 class AuditFields(TypedDict, total=False):
     """What an entry says. Its object is ``obj``, or ``object_type`` and ``object_id`` when
-    there is no row at hand (a deleted row, a call known by its id); not both."""
+        there is no row at hand (a deleted row, a call known by its id); not both. ``user`` is who
+    acted (their username is kept with the link)."""
 
     action: Required[AuditEntry.Action]
     obj: models.Model | None
@@ -84,9 +111,11 @@ def audit_entry(**fields: Unpack[AuditFields]) -> AuditEntry:
         object_type, object_id = audit_object_type(type(obj)), obj.pk
     if object_type is None or object_id is None:
         raise TypeError(NO_OBJECT)
+    user = fields.get("user")
     return AuditEntry(
         at=fields.get("at") or timezone.now(),
-        user=fields.get("user"),
+        user=user,
+        username="" if user is None else user.get_username(),
         agent=fields.get("agent"),
         action=fields["action"],
         object_type=object_type,

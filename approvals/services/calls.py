@@ -13,6 +13,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 import capcore
+from approvals import metrics
 from approvals.models import Agent, AuditEntry, Call, Ledger, LedgerEntry
 from approvals.notify import notify_call
 from approvals.queries import sql
@@ -109,6 +110,7 @@ def call_end(
     call.decision_comment = comment
     call.updated_at = now
     sql.update(call, "status", "decided_at", "decided_by", "decision_comment", "updated_at")
+    metrics.call_decided(call)
 
 
 def records_to_json(records: Sequence[capcore.LedgerRecord]) -> list[dict[str, object]]:
@@ -229,6 +231,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
             )
         ]
     )
+    metrics.call_submitted(call)
     notify_call(call)
     return call
 

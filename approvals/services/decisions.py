@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import uuid
 from datetime import datetime
 
@@ -64,12 +65,31 @@ def _required_approvals(call: Call) -> int:
     return required_approvals(call.gates, gates_required_approvals(call.gates))
 
 
-def _allow_tool(call: Call, scope: str) -> None:
-    PermissionRule.objects.create(
+def _allow_tool(call: Call, scope: str, user: User, now: datetime) -> AuditEntry:
+    """The standing ``allow`` rule an approval's scope creates, and its entry: which call,
+    which approver (the entry's user), which scope."""
+    rule = PermissionRule.objects.create(
         agent=call.agent,
         pattern=call.tool,
         decision="allow",
         run_id=call.run_id if scope == Approval.Scope.RUN else None,
+    )
+    return audit_entry(
+        action=AuditEntry.Action.STANDING_RULE_CREATED,
+        obj=rule,
+        user=user,
+        after=json.dumps(
+            {
+                "call": str(call.pk),
+                "scope": scope,
+                "agent": call.agent.name,
+                "pattern": rule.pattern,
+                "decision": rule.decision,
+                "run_id": rule.run_id,
+            },
+            sort_keys=True,
+        ),
+        at=now,
     )
 
 
@@ -112,6 +132,7 @@ def call_decide(
     )
     sql.insert([approval])
     approvals.append(approval)
+    entries: list[AuditEntry] = []
     if not approve:
         call_end(
             call=call,
@@ -125,23 +146,20 @@ def call_decide(
         keys = tuple(sorted(record.ledger for record in records))
         ledger_record(call=call, records=records, ledgers=ledger_lock(keys), now=now)
         if scope != Approval.Scope.ONCE:
-            _allow_tool(call, scope)
+            entries.append(_allow_tool(call, scope, user, now))
         call_end(call=call, status=Call.Status.APPROVED, comment=comment, now=now, user=user)
     else:
         call.updated_at = now
         sql.update(call, "updated_at")
-    sql.insert(
-        [
-            audit_entry(
-                action=AuditEntry.Action.CALL_APPROVED
-                if approve
-                else AuditEntry.Action.CALL_DENIED,
-                obj=call,
-                user=user,
-                after=comment,
-                at=now,
-            )
-        ]
+    entries.append(
+        audit_entry(
+            action=AuditEntry.Action.CALL_APPROVED if approve else AuditEntry.Action.CALL_DENIED,
+            obj=call,
+            user=user,
+            after=comment,
+            at=now,
+        )
     )
+    sql.insert(entries)
     notify_call(call, approvals=approvals)
     return call

@@ -15,10 +15,9 @@ from pathlib import Path
 
 from django.contrib.auth.models import Permission, User
 from django.db import transaction
-from django.utils import timezone
 
 from approvals.models import Agent, AgentToken, Gate
-from approvals.services.agents import agent_create_or_update, agent_token_issue, token_digest
+from approvals.services.agents import agent_create_or_update, agent_token_rotate, token_digest
 from approvals.services.rules import gate_ensure, rules_import
 
 DEMO_PASSWORD = "countersign-demo"  # noqa: S105 - a published demo login on 127.0.0.1
@@ -55,10 +54,21 @@ def _approver(username: str) -> None:
     user.user_permissions.add(Permission.objects.get(codename=DECIDE_CODENAME))
 
 
+# Reading every axes log, and deleting an access attempt (which unlocks it); axes' logs are
+# written by axes alone.
+AXES_CODENAMES = (
+    "view_accessattempt",
+    "delete_accessattempt",
+    "view_accesslog",
+    "view_accessfailurelog",
+)
+
+
 def _admin() -> None:
     """The demo admin: staff with every permission of the approvals app but deciding, so
     they edit rules, gates, agents, tokens, budgets, tool classes and permission rules and
-    read calls, ledgers and the audit log, while the approvers decide (docs/ui.md)."""
+    read calls, ledgers and the audit log, while the approvers decide (docs/ui.md); and they
+    read the failed logins and lift lockouts (axes' access attempts, approvals/logins.py)."""
     user, created = User.objects.get_or_create(username=DEMO_ADMIN)
     if created:
         user.set_password(DEMO_PASSWORD)
@@ -68,6 +78,7 @@ def _admin() -> None:
         Permission.objects.filter(content_type__app_label="approvals").exclude(
             codename=DECIDE_CODENAME
         )
+        | Permission.objects.filter(content_type__app_label="axes", codename__in=AXES_CODENAMES)
     )
 
 
@@ -82,10 +93,7 @@ def _demo_token(agent: Agent, stored: str | None) -> tuple[str, bool]:
         ).exists()
     ):
         return stored, True
-    AgentToken.objects.filter(agent=agent, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
-    return agent_token_issue(agent=agent), False
+    return agent_token_rotate(agent=agent), False
 
 
 @transaction.atomic

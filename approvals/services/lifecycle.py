@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from approvals import metrics
 from approvals.models import Agent, AuditEntry, Call
 from approvals.notify import notify_call
 from approvals.queries import sql
@@ -68,6 +69,7 @@ def calls_expire_due(*, now: datetime | None = None) -> int:
             if won:
                 call = Call.objects.get(pk=call_id)
                 audit_record(action=AuditEntry.Action.CALL_EXPIRED, obj=call, at=now)
+                metrics.call_decided(call)
                 notify_call(call)
                 expired += 1
     return expired

@@ -16,29 +16,55 @@ about a dozen switches between the event loop and a thread for one request to a 
 view, which every view here is (the agent API, the pages, admin). Here a request crosses once
 for the whole chain. An asynchronous view still works, called back on the event loop.
 
+Some paths get executors of their own (``PathPool``, ``COUNTERSIGN_PATH_POOLS``): a login
+hashes its password (PBKDF2, a third of a second of CPU that releases the GIL), and on SQLite
+there is one request thread, so a dozen clients failing to log in as fast as they can would
+otherwise keep every agent request waiting behind them; health checks and scrapes answer
+while the request threads are all busy. They queue for their own pool's threads instead, and
+the login threads run at a lower priority (a higher nice value), so that hashing yields the
+cores to agents' requests when there are not enough for both.
+
 ``COUNTERSIGN_STOCK=handler`` serves with Django's own ``ASGIHandler`` instead
-(config/runtime/README.md).
+(config/runtime/README.md), which gives every request a thread of its own: logins do not
+wait behind others there either, and the pools have no effect.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
+import sys
+import threading
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpRequest, HttpResponseBase
 
 
+def lower_priority(nice: int) -> None:
+    """Give the calling thread the nice value ``nice``, or leave it the higher one it has.
+    Linux keeps one per thread (setpriority(2), NOTES), so the process's other threads keep
+    theirs; elsewhere the call would name the whole process, and nothing is done."""
+    if sys.platform == "linux":
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, max(nice, os.getpriority(os.PRIO_PROCESS, thread)))
+
+
 class ExecutorPool:
     """``size`` single-thread executors, each lent to one borrower at a time. Threads start
-    on first use."""
+    on first use, with the nice value ``nice`` when it is not 0."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, name: str = "request", nice: int = 0) -> None:
+        initializer = functools.partial(lower_priority, nice) if nice else None
         self._idle = [
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="request") for _ in range(size)
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=initializer)
+            for _ in range(size)
         ]
         self._waiting: deque[asyncio.Future[ThreadPoolExecutor]] = deque()
 
@@ -64,10 +90,36 @@ class ExecutorPool:
         self._idle.append(executor)
 
 
+class PathPool(NamedTuple):
+    """Requests whose path is one of ``paths`` borrow from ``threads`` executors of their
+    own, named ``name`` (as their threads are), whose threads run with the nice value
+    ``nice``: when the cores are all busy, a higher one yields them to the request threads."""
+
+    name: str
+    threads: int
+    paths: frozenset[str]
+    nice: int = 0
+
+
+def configured_path_pools() -> list[PathPool]:
+    """``COUNTERSIGN_PATH_POOLS``: (name, threads, paths, nice) for each pool."""
+    return [
+        PathPool(name, threads, frozenset(paths), nice)
+        for name, threads, paths, nice in settings.COUNTERSIGN_PATH_POOLS
+    ]
+
+
 class PooledThreadASGIHandler(ASGIHandler):
-    def __init__(self, *, threads: int) -> None:
+    """``threads`` executors for every request, but those of ``path_pools`` (by default
+    ``COUNTERSIGN_PATH_POOLS``), which borrow from their own pool's."""
+
+    def __init__(self, *, threads: int, path_pools: Iterable[PathPool] | None = None) -> None:
         super().__init__()
         self.executors = ExecutorPool(threads)
+        self.pools_by_path: dict[str, ExecutorPool] = {}
+        for pool in configured_path_pools() if path_pools is None else path_pools:
+            executors = ExecutorPool(pool.threads, name=pool.name, nice=pool.nice)
+            self.pools_by_path.update(dict.fromkeys(pool.paths, executors))
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
@@ -79,11 +131,12 @@ class PooledThreadASGIHandler(ASGIHandler):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError("Django serves HTTP only")
-        executor = await self.executors.borrow()
+        pool = self.pools_by_path.get(scope["path"], self.executors)
+        executor = await pool.borrow()
         try:
             # A view still running after its client went away keeps the executor busy;
             # the next borrower's work queues behind it on the same thread.
             async with ThreadSensitiveContext(executor=executor):
                 await self.handle(scope, receive, send)
         finally:
-            self.executors.give_back(executor)
+            pool.give_back(executor)

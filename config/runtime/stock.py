@@ -17,6 +17,7 @@ class Stock(StrEnum):
     LAYER = "layer"  # Channels' InMemoryChannelLayer, channels_redis's RedisChannelLayer
     PUSH_LOOP = "push_loop"  # async_to_sync for each push
     SQLITE_WRITERS = "sqlite_writers"  # transaction.atomic alone
+    CONSUMER_DISPATCH = "consumer_dispatch"  # Channels' AsyncConsumer.dispatch
 
 
 def uses_stock(piece: Stock) -> bool:

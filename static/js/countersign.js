@@ -10,6 +10,7 @@
   var RECONNECT_MAX_MS = 5000;
   var CLOSE_FORBIDDEN = 4403;
   var CLOSE_NOT_FOUND = 4404;
+  var CLOSE_TOO_MANY = 4429; // this person's cap of open pages (COUNTERSIGN_MAX_SOCKETS_PER_USER)
   var cleanRetries = 0;
 
   function indicator(state, text) {
@@ -49,6 +50,10 @@
     }
     if (code === CLOSE_NOT_FOUND) {
       indicator("off", "Offline");
+      return;
+    }
+    if (code === CLOSE_TOO_MANY) {
+      indicator("off", "Offline — too many open pages; close some and reload");
       return;
     }
     indicator("down", "Reconnecting…");

@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from approvals import errors, openapi
+from approvals import api, errors, openapi
 from approvals.models import (
     Agent,
     AgentToken,
@@ -1238,7 +1238,8 @@ def test_a_malformed_list_query_is_400_naming_the_parameter(
 
 def test_a_run_id_with_nul_is_400_naming_the_parameter(agent: Agent) -> None:
     refused = assert_error(bearer().get(CALLS, {"run_id": f"{SECRET}\x00"}), 400, "bad_request")
-    assert refused == errors.BAD_QUERY.format(name="run_id", expected=errors.QUERY_NO_NUL)
+    expected = errors.QUERY_TEXT.format(most=api.MAX_RUN_ID)
+    assert refused == errors.BAD_QUERY.format(name="run_id", expected=expected)
     assert SECRET not in refused
 
 

@@ -13,13 +13,27 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from approvals import consumers
 from approvals.models import Agent, AgentToken, Call
 from approvals.selectors.calls import call_state
+from approvals.services.agents import (
+    agent_save,
+    agent_token_revoke,
+    agent_token_rotate,
+    token_digest,
+)
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import EXPIRED_COMMENT, call_extend
 from config.asgi import application
 from tests.asgi import PROMPTLY
-from tests.factories import agent_with_token, call_make, payment, rule_make, user_make
+from tests.factories import (
+    agent_with_token,
+    call_make,
+    payment,
+    rule_make,
+    token_make,
+    user_make,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -349,3 +363,138 @@ async def test_the_agent_stream_authenticates_like_the_call_socket(agent: Agent)
     await assert_closed(await opened("/ws/v1/agent", "wrong"), 4401)
     await sync_to_async(make_agent, thread_sensitive=True)("idle", IDLE_TOKEN, active=False)
     await assert_closed(await opened("/ws/v1/agent", IDLE_TOKEN), 4403)
+
+
+# --- access taken away (docs/reliability.md, "Access ends when it is taken away") ------------
+
+
+def _token_row(token: str) -> AgentToken:
+    return AgentToken.objects.get(digest=token_digest(token))
+
+
+async def revoke(token: str) -> None:
+    row = await sync_to_async(_token_row, thread_sensitive=True)(token)
+    await sync_to_async(agent_token_revoke, thread_sensitive=True)(token_row=row)
+
+
+def _disable(agent: Agent) -> None:
+    agent.active = False
+    agent_save(agent=agent)
+
+
+async def test_revoking_the_token_closes_both_kinds_of_open_socket_with_4401(
+    agent: Agent,
+) -> None:
+    call = await submit(agent)
+    on_call = await opened(call_path(call))
+    await receive_call(on_call)
+    stream = await opened("/ws/v1/agent")
+    await receive_call(stream)
+    await revoke(TOKEN)
+    await assert_closed(on_call, 4401)
+    await assert_closed(stream, 4401)
+
+
+async def test_revoking_another_token_of_the_agent_leaves_the_socket_open(
+    agent: Agent,
+) -> None:
+    second = await sync_to_async(token_make, thread_sensitive=True)(agent=agent)
+    stream = await opened("/ws/v1/agent")
+    await revoke(second)
+    assert await stream.receive_nothing(0.3)
+    later = await submit(agent)
+    assert (await receive_call(stream))["id"] == str(later.pk)
+    await stream.disconnect()
+
+
+async def test_rotating_the_tokens_closes_the_socket_and_the_new_token_connects(
+    agent: Agent,
+) -> None:
+    stream = await opened("/ws/v1/agent")
+    new = await sync_to_async(agent_token_rotate, thread_sensitive=True)(agent=agent)
+    await assert_closed(stream, 4401)
+    again = await opened("/ws/v1/agent", new)
+    later = await submit(agent)
+    assert (await receive_call(again))["id"] == str(later.pk)
+    await again.disconnect()
+
+
+async def test_disabling_the_agent_closes_both_kinds_of_open_socket_with_4403(
+    agent: Agent,
+) -> None:
+    call = await submit(agent)
+    on_call = await opened(call_path(call))
+    await receive_call(on_call)
+    stream = await opened("/ws/v1/agent")
+    await receive_call(stream)
+    await sync_to_async(_disable, thread_sensitive=True)(agent)
+    await assert_closed(on_call, 4403)
+    await assert_closed(stream, 4403)
+
+
+async def test_a_revocation_between_authentication_and_listening_is_not_missed(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revoked (without a push reaching the socket) just after the token was read: the read
+    made once the socket listens finds it."""
+    real = consumers._bearer_of
+
+    async def read_then_revoke(headers: Any) -> Any:
+        found = await real(headers)
+        await sync_to_async(AgentToken.objects.filter(pk=found.token_id).update)(
+            revoked_at=timezone.now()
+        )
+        return found
+
+    monkeypatch.setattr(consumers, "_bearer_of", read_then_revoke)
+    call = await submit(agent)
+    await assert_closed(await opened(call_path(call)), 4401)
+    await assert_closed(await opened("/ws/v1/agent"), 4401)
+
+
+async def test_a_lost_close_message_is_made_up_for_by_the_recheck(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_SECONDS", 0.2)
+    stream = await opened("/ws/v1/agent")
+    # Revoked behind the services' back: no push.
+    await sync_to_async(AgentToken.objects.filter(agent=agent).update, thread_sensitive=True)(
+        revoked_at=timezone.now()
+    )
+    await assert_closed(stream, 4401)
+
+
+# --- fair sockets -----------------------------------------------------------------------------
+
+
+async def test_one_socket_past_the_agents_cap_is_closed_with_4429(
+    agent: Agent, settings: Any
+) -> None:
+    settings.COUNTERSIGN_MAX_SOCKETS_PER_AGENT = 2
+    call = await submit(agent)
+    first = await opened(call_path(call))
+    await receive_call(first)
+    second = await opened("/ws/v1/agent")
+    await receive_call(second)
+    await assert_closed(await opened("/ws/v1/agent"), 4429)
+    # Another agent has a cap of its own.
+    await sync_to_async(make_agent, thread_sensitive=True)("other", OTHER_TOKEN)
+    other = await opened("/ws/v1/agent", OTHER_TOKEN)
+    assert await other.receive_nothing(0.2)
+    await other.disconnect()
+    # A socket that closes frees its place.
+    await first.disconnect()
+    third = await opened(call_path(call))
+    assert (await receive_call(third))["id"] == str(call.pk)
+    await third.disconnect()
+    await second.disconnect()
+
+
+async def test_refused_sockets_do_not_count(agent: Agent, settings: Any) -> None:
+    settings.COUNTERSIGN_MAX_SOCKETS_PER_AGENT = 1
+    for _ in range(3):
+        await assert_closed(await opened(call_path(uuid.uuid4())), 4404)
+        await assert_closed(await opened("/ws/v1/agent?since=x"), 4400)
+    stream = await opened("/ws/v1/agent")
+    assert await stream.receive_nothing(0.2)
+    await stream.disconnect()

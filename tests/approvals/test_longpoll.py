@@ -13,7 +13,8 @@ from channels.testing import ApplicationCommunicator, HttpCommunicator
 from django.utils import timezone
 
 from approvals import errors
-from approvals.models import Call
+from approvals.models import Agent, AgentToken, Call
+from approvals.services.agents import agent_save, agent_token_revoke
 from approvals.services.decisions import call_decide
 from config.asgi import application
 from tests.asgi import PROMPTLY, finished
@@ -111,7 +112,7 @@ async def test_the_deadline_expires_the_call_for_the_waiter() -> None:
 
 
 @pytest.mark.parametrize(
-    "query", ["timeout=abc", "timeout=-1", "timeout=61", "timeout=1.5", "timeout=7&timeout=x"]
+    "query", ["timeout=abc", "timeout=-1", "timeout=61", "timeout=1.5", "timeout=", "timeout=%00"]
 )
 async def test_a_bad_timeout_is_400_naming_the_parameter_and_its_range(query: str) -> None:
     call = await sync_to_async(_held_call)()
@@ -195,3 +196,31 @@ async def test_without_a_channel_layer_the_waiter_reads_the_database(
         "approved",
         "seen in the database",
     )
+
+
+def _revoke_all(call: Call) -> None:
+    for row in AgentToken.objects.filter(agent_id=call.agent_id):
+        agent_token_revoke(token_row=row)
+
+
+def _disable(call: Call) -> None:
+    agent = Agent.objects.get(pk=call.agent_id)
+    agent.active = False
+    agent_save(agent=agent)
+
+
+@pytest.mark.parametrize(
+    ("take_away", "status", "code"),
+    [(_revoke_all, 401, "unauthenticated"), (_disable, 403, "agent_disabled")],
+    ids=["token-revoked", "agent-disabled"],
+)
+async def test_a_waiter_whose_access_is_taken_away_is_answered_at_once(
+    take_away: Any, status: int, code: str
+) -> None:
+    call = await sync_to_async(_held_call)()
+    answer = asyncio.ensure_future(_answer(_wait(call.pk)))
+    await asyncio.sleep(0.3)
+    assert not answer.done()
+    await sync_to_async(take_away)(call)
+    got, body = await asyncio.wait_for(answer, timeout=PROMPTLY)  # not after the wait's 30 s
+    assert (got, body["error"]["code"]) == (status, code)

@@ -45,16 +45,17 @@ def test_an_audit_entry_cannot_be_changed_or_deleted(entry: AuditEntry) -> None:
     assert AuditEntry.objects.get(pk=entry.pk).action == "call approved"
 
 
-def test_deleting_a_user_keeps_their_entries(entry: AuditEntry) -> None:
-    user = User.objects.create_user("gone")
+def test_a_user_with_entries_cannot_be_deleted(entry: AuditEntry) -> None:
+    user = User.objects.create_user("kept")
     audit_record(
         action=AuditEntry.Action.CALL_DENIED,
         object_type=AuditEntry.ObjectType.CALL,
         object_id=2,
         user=user,
     )
-    user.delete()
-    assert AuditEntry.objects.count() == 2
+    with pytest.raises(models.ProtectedError):
+        user.delete()
+    assert AuditEntry.objects.get(action=AuditEntry.Action.CALL_DENIED).username == "kept"
 
 
 def test_a_status_and_its_stored_value_are_one_key() -> None:

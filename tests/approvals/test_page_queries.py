@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
-from approvals.consumers import _call_html, _queue_html
+from approvals.consumers import _call_html, _queue_html, _session_expiry
 from approvals.models import Agent, Call, Ledger, LedgerEntry
 from approvals.selectors.call_page import call_page
 from approvals.selectors.ledgers import ledger_spent
@@ -41,6 +40,8 @@ HISTORY_PARTIAL_QUERIES = 7
 AGENT_FILTER_QUERIES = 1  # the chosen agent is looked up
 CALL_QUERIES = 14  # with approvals (their users) and sum rules (ledgers, then their totals)
 QUEUE_PUSH_QUERIES = 9
+# Before each push, once per session: the session, the person, their permissions, its expiry.
+SESSION_CHECK_QUERIES = 4
 CALL_PUSH_QUERIES = 14
 
 FEW, MANY = 6, 40
@@ -193,14 +194,13 @@ def test_the_queue_partial(
 def test_the_queue_socket_render(
     world: World, django_assert_max_num_queries: DjangoAssertNumQueries
 ) -> None:
-    # async_to_sync runs the consumer's database work back in this thread, on the connection
-    # whose queries are counted; that work closes the connection when done (CONN_MAX_AGE is
-    # 0), which a test inside a transaction would not survive.
     key = session_key(world.alice)
     for rounds in (FEW, MANY - FEW):
         fill(world, rounds)
+        with django_assert_max_num_queries(SESSION_CHECK_QUERIES):
+            assert _session_expiry(key, world.alice.pk) is not None
         with django_assert_max_num_queries(QUEUE_PUSH_QUERIES):
-            html = async_to_sync(_queue_html)(world.alice.pk, key)
+            html = _queue_html(world.alice.pk)
         assert html is not None
         assert len(queue_rows(html)) == len(world.pending)
 
@@ -341,8 +341,7 @@ def test_the_totals_shown_are_the_ledgers_totals(world: World) -> None:
 def test_the_call_page_socket_render(
     world: World, django_assert_max_num_queries: DjangoAssertNumQueries
 ) -> None:
-    key = session_key(world.alice)
     for call in pages(world):
         with django_assert_max_num_queries(CALL_PUSH_QUERIES):
-            html = async_to_sync(_call_html)(world.alice.pk, key, call.pk)
+            html = _call_html(world.alice.pk, call.pk)
         assert html

@@ -1,21 +1,31 @@
 """The people's sockets: ``/ws/v1/queue`` and ``/ws/v1/queue/calls/<id>``.
 
-Origin must be one of ALLOWED_HOSTS, the session must be logged in with a permission to see
-the pages (else 4403 after the accept), every connect sends the whole state rendered for that
-person from the database, and every change is pushed as htmx out-of-band swaps.
+Origin must be the site's own (scheme, host and port of the Host header, that host one of
+ALLOWED_HOSTS) or one of CSRF_TRUSTED_ORIGINS, the session must be logged in with a
+permission to see the pages (else 4403 after the accept), every connect sends the whole state
+rendered for that person from the database, and every change is pushed as htmx out-of-band
+swaps, rendered once per person however many sockets they have open. A logout, a lost
+session or an expired one ends the socket; one socket past the person's cap gets 4429.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, User
+from django.contrib.sessions.models import Session
 from django.test import Client
+from django.utils import timezone
 
+from approvals import consumers, notify
 from approvals.models import Agent, Call, Gate
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import calls_expire_due
@@ -26,6 +36,7 @@ from tests.factories import agent_make, call_make, payment, rule_make, user_make
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 ORIGIN = (b"origin", b"http://localhost")
+HOST = (b"host", b"localhost")
 QUEUE = "/ws/v1/queue"
 
 
@@ -39,6 +50,18 @@ def _session_cookie(user: User) -> str:
     client = Client()
     client.force_login(user)
     return f"sessionid={client.cookies['sessionid'].value}"
+
+
+def _client_of(cookie: str) -> Client:
+    """A test client on the session of this cookie header."""
+    client = Client()
+    client.cookies["sessionid"] = cookie.partition("=")[2]
+    return client
+
+
+async def log_out(cookie: str) -> None:
+    """Django's logout of this session (its ``user_logged_out`` signal included)."""
+    await sync_to_async(lambda: _client_of(cookie).logout(), thread_sensitive=True)()
 
 
 async def logged_in(username: str, *, decide: bool = True, view: bool = False) -> tuple[User, str]:
@@ -71,9 +94,12 @@ async def decide(call: Call, user: User, *, approve: bool = True, comment: str =
 
 
 def socket(
-    path: str, cookie: str | None, origin: tuple[bytes, bytes] | None = ORIGIN
+    path: str,
+    cookie: str | None,
+    origin: tuple[bytes, bytes] | None = ORIGIN,
+    host: tuple[bytes, bytes] = HOST,
 ) -> WebsocketCommunicator:
-    headers = [] if origin is None else [origin]
+    headers = [host] if origin is None else [host, origin]
     if cookie is not None:
         headers.append((b"cookie", cookie.encode()))
     return WebsocketCommunicator(application, path, headers=headers)
@@ -342,3 +368,217 @@ async def test_a_group_gate_person_sees_the_call_read_only(agent: Agent) -> None
     html = await text(communicator)
     assert (rows(html, "mine"), rows(html, "others")) == ([], [str(call.pk)])
     await communicator.disconnect()
+
+
+# --- origins ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        # Another port of the same host: cookies ignore ports, the Origin check must not.
+        (b"http://localhost:9999", b"localhost"),
+        (b"http://localhost", b"localhost:8222"),
+        (b"http://localhost:9999", b"localhost:8222"),
+        (b"https://localhost", b"localhost"),  # another scheme
+        (b"http://127.0.0.1", b"localhost"),  # another host, though allowed
+        (b"http://evil.example", b"evil.example"),  # a Host not in ALLOWED_HOSTS
+        (b"null", b"localhost"),
+        (b"http://localhost/queue", b"localhost"),
+    ],
+)
+async def test_any_other_origin_is_refused_at_the_handshake(
+    agent: Agent, origin: bytes, host: bytes
+) -> None:
+    _, cookie = await logged_in("alice")
+    communicator = socket(QUEUE, cookie, (b"origin", origin), (b"host", host))
+    connected, _ = await communicator.connect()
+    assert not connected
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        (b"http://localhost:8222", b"localhost:8222"),
+        (b"http://LOCALHOST:80", b"localhost"),  # the scheme's default port, spelled out
+        (b"http://127.0.0.1:8222", b"127.0.0.1:8222"),
+    ],
+)
+async def test_the_sites_own_origin_is_let_through(
+    agent: Agent, origin: bytes, host: bytes
+) -> None:
+    _, cookie = await logged_in("alice")
+    communicator = socket(QUEUE, cookie, (b"origin", origin), (b"host", host))
+    connected, _ = await communicator.connect()
+    assert connected
+    assert 'id="queue"' in await text(communicator)
+    await communicator.disconnect()
+
+
+async def test_a_trusted_origin_is_let_through(agent: Agent, settings: Any) -> None:
+    settings.CSRF_TRUSTED_ORIGINS = ["https://approvals.example", "https://*.corp.example"]
+    _, cookie = await logged_in("alice")
+    for origin in (b"https://approvals.example", b"https://queue.corp.example"):
+        communicator = socket(QUEUE, cookie, (b"origin", origin), (b"host", b"localhost:8000"))
+        connected, _ = await communicator.connect()
+        assert connected
+        await communicator.disconnect()
+    communicator = socket(QUEUE, cookie, (b"origin", b"https://approvals.example:8443"))
+    connected, _ = await communicator.connect()
+    assert not connected
+    await communicator.disconnect()
+
+
+async def test_behind_a_tls_proxy_the_origin_is_https(agent: Agent, settings: Any) -> None:
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    _, cookie = await logged_in("alice")
+    communicator = WebsocketCommunicator(
+        application,
+        QUEUE,
+        headers=[
+            (b"host", b"localhost"),
+            (b"origin", b"https://localhost"),
+            (b"x-forwarded-proto", b"https"),
+            (b"cookie", cookie.encode()),
+        ],
+    )
+    connected, _ = await communicator.connect()
+    assert connected
+    await communicator.disconnect()
+
+
+# --- access taken away ------------------------------------------------------------------------
+
+
+async def test_a_logout_closes_that_sessions_sockets_at_once_and_no_other(agent: Agent) -> None:
+    call = await submit(agent)
+    alice, cookie = await logged_in("alice")
+    other_cookie = await sync_to_async(_session_cookie, thread_sensitive=True)(alice)
+    here, there = await opened(QUEUE, cookie), await opened(QUEUE, other_cookie)
+    page = await opened(call_path(call), cookie)
+    await text(here), await text(there), await text(page)
+    await log_out(cookie)
+    await assert_closed(here, 4403)  # with no change to push: the logout itself closes it
+    await assert_closed(page, 4403)
+    assert await there.receive_nothing(0.3)  # another browser stays logged in
+    await submit(agent)
+    assert len(rows(await text(there), "mine")) == 2
+    await there.disconnect()
+
+
+async def test_person_sockets_close_ends_every_session_of_the_person(agent: Agent) -> None:
+    alice, cookie = await logged_in("alice")
+    other_cookie = await sync_to_async(_session_cookie, thread_sensitive=True)(alice)
+    _, bob_cookie = await logged_in("bob")
+    sockets = [await opened(QUEUE, cookie), await opened(QUEUE, other_cookie)]
+    bob = await opened(QUEUE, bob_cookie)
+    for communicator in [*sockets, bob]:
+        await text(communicator)
+    await sync_to_async(notify.person_sockets_close, thread_sensitive=True)(user_id=alice.pk)
+    for communicator in sockets:
+        await assert_closed(communicator, 4403)
+    assert await bob.receive_nothing(0.3)
+    await bob.disconnect()
+
+
+async def test_a_changed_password_ends_the_pushes_even_without_a_close_message(
+    agent: Agent,
+) -> None:
+    alice, cookie = await logged_in("alice")
+    communicator = await opened(QUEUE, cookie)
+    await text(communicator)
+    # Behind every signal's back: only the check before the push can notice.
+    await sync_to_async(User.objects.filter(pk=alice.pk).update, thread_sensitive=True)(
+        password=make_password("something else")
+    )
+    await submit(agent)
+    await assert_closed(communicator, 4403)
+
+
+async def test_a_deactivated_person_gets_no_further_push(agent: Agent) -> None:
+    alice, cookie = await logged_in("alice")
+    communicator = await opened(QUEUE, cookie)
+    await text(communicator)
+    await sync_to_async(User.objects.filter(pk=alice.pk).update, thread_sensitive=True)(
+        is_active=False
+    )
+    await submit(agent)
+    await assert_closed(communicator, 4403)
+
+
+def _expire_in(cookie: str, seconds: float) -> None:
+    Session.objects.filter(session_key=cookie.partition("=")[2]).update(
+        expire_date=timezone.now() + timedelta(seconds=seconds)
+    )
+
+
+async def test_a_session_that_expires_closes_its_socket_at_its_expiry(agent: Agent) -> None:
+    _, cookie = await logged_in("alice")
+    await sync_to_async(_expire_in, thread_sensitive=True)(cookie, 1)
+    communicator = await opened(QUEUE, cookie)
+    await text(communicator)
+    # Nothing is pushed and nothing else happens: the expiry remembered at connect does it.
+    await assert_closed(communicator, 4403)
+
+
+async def test_the_session_is_checked_every_minute_without_pushes(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumers, "SESSION_RECHECK_SECONDS", 0.2)
+    _, cookie = await logged_in("alice")
+    communicator = await opened(QUEUE, cookie)
+    await text(communicator)
+    await sync_to_async(
+        Session.objects.filter(session_key=cookie.partition("=")[2]).delete,
+        thread_sensitive=True,
+    )()
+    await assert_closed(communicator, 4403)
+
+
+# --- fair sockets -----------------------------------------------------------------------------
+
+
+async def test_one_socket_past_the_persons_cap_is_closed_with_4429(agent: Agent) -> None:
+    call = await submit(agent)
+    _, cookie = await logged_in("alice")
+    _, bob_cookie = await logged_in("bob")
+    open_sockets = []
+    for index in range(20):  # the default cap, queue and call pages alike
+        communicator = await opened(QUEUE if index % 2 else call_path(call), cookie)
+        await text(communicator)
+        open_sockets.append(communicator)
+    await assert_closed(await opened(QUEUE, cookie), 4429)
+    bob = await opened(QUEUE, bob_cookie)  # another person has a cap of their own
+    await text(bob)
+    await open_sockets.pop().disconnect()
+    again = await opened(QUEUE, cookie)
+    await text(again)
+    for communicator in [*open_sockets, again, bob]:
+        await communicator.disconnect()
+
+
+async def test_a_change_is_rendered_once_for_all_of_a_persons_sockets(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    renders: list[int] = []
+    real = consumers._queue_html_async
+
+    async def counted(user_id: int) -> str | None:
+        renders.append(user_id)
+        return await real(user_id)
+
+    monkeypatch.setattr(consumers, "_queue_html_async", counted)
+    alice, cookie = await logged_in("alice")
+    bob, bob_cookie = await logged_in("bob")
+    alices = [await opened(QUEUE, cookie) for _ in range(8)]
+    bobs = [await opened(QUEUE, bob_cookie) for _ in range(4)]
+    for communicator in [*alices, *bobs]:
+        await text(communicator)
+    renders.clear()
+    held = await submit(agent)
+    pushed = await asyncio.gather(*(text(communicator) for communicator in [*alices, *bobs]))
+    assert all(rows(html, "mine") == [str(held.pk)] for html in pushed)
+    assert sorted(renders) == sorted([alice.pk, bob.pk])  # one per person, not per socket
+    for communicator in [*alices, *bobs]:
+        await communicator.disconnect()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group, User
 
-from approvals.models import Agent, AuditEntry, Call, CapRule
+from approvals.models import Agent, AuditEntry, Call, CapRule, PermissionRule
 from approvals.services.audit import (
     NO_OBJECT,
     audit_entry,
@@ -17,6 +18,8 @@ from approvals.services.audit import (
     audit_record,
     audit_snapshot,
 )
+from approvals.services.decisions import call_decide
+from tests.factories import call_make, payment, user_make
 
 APPROVALS = Path(__file__).resolve().parents[2] / "approvals"
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -41,9 +44,10 @@ def test_a_recorded_entry_is_saved(db: None) -> None:
     entry = audit_record(
         action=AuditEntry.Action.CAP_RULE_SAVED, obj=rule, user=user, before="a", after="b"
     )
-    stored = AuditEntry.objects.get()
+    stored = AuditEntry.objects.get(action=AuditEntry.Action.CAP_RULE_SAVED)
     assert stored.pk == entry.pk
     assert (stored.object_type, stored.object_id, stored.user) == ("cap rule", str(rule.pk), user)
+    assert stored.username == "alice"
     assert (stored.before, stored.after) == ("a", "b")
     assert stored.at is not None
 
@@ -99,3 +103,46 @@ def test_nothing_else_writes_an_audit_entry() -> None:
             }:
                 writers.append(f"{path.relative_to(APPROVALS)}:{node.lineno}")
     assert writers == []
+
+
+def test_a_persons_snapshot_is_their_access_never_the_password(db: None) -> None:
+    alice = User.objects.create_user("alice", password="never-shown-pw")
+    text = audit_snapshot(alice)
+    assert json.loads(text) == {
+        "username": "alice",
+        "is_active": True,
+        "is_staff": False,
+        "is_superuser": False,
+        "groups": [],
+        "permissions": [],
+    }
+    assert alice.password not in text
+
+
+@pytest.mark.parametrize(("scope", "run_id"), [("always", None), ("run", "r-1")])
+def test_an_approval_that_creates_a_standing_rule_records_which_call_approver_and_scope(
+    db: None, scope: str, run_id: str | None
+) -> None:
+    agent = Agent.objects.create(name="bot", principal="carol", mode="default")
+    call = call_make(agent=agent, tool="transfer_funds", arguments=payment("1"), run_id="r-1")
+    alice = user_make(username="alice")
+    call_decide(
+        call_id=call.pk,
+        user=alice,
+        approve=True,
+        comment="",
+        arguments_sha256=call.arguments_sha256,
+        scope=scope,
+    )
+    rule = PermissionRule.objects.get()
+    entry = AuditEntry.objects.get(action=AuditEntry.Action.STANDING_RULE_CREATED)
+    assert (entry.object_type, entry.object_id) == ("permissionrule", str(rule.pk))
+    assert (entry.user, entry.username) == (alice, "alice")
+    assert json.loads(entry.after) == {
+        "call": str(call.pk),
+        "scope": scope,
+        "agent": "bot",
+        "pattern": "transfer_funds",
+        "decision": "allow",
+        "run_id": run_id,
+    }

@@ -12,7 +12,7 @@ STATUS_TEXT = re.compile("[\"'](" + "|".join(Call.Status.values) + ")[\"']")
 
 
 def _server_code() -> list[Path]:
-    # The agent client (countersign/) speaks only the public API and keeps its own words.
+    # The agent client (clients/python/) speaks only the public API and keeps its own words.
     paths = [*(ROOT / "approvals").rglob("*.py"), *(ROOT / "config").rglob("*.py")]
     return [
         path

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from capcore.findings import DEFAULT_GATE, REFUSE, Action, ActionKind, Finding, Policy
 from capcore.permissions import (
+    CLAUDE_CODE_TOOLS,
     DANGEROUS_WORDS,
     READ_VERBS,
     Classification,
@@ -25,6 +26,7 @@ from capcore.permissions import (
     evaluate_permissions,
     guess_tool_class,
     held_by_mode_only,
+    mcp_tool_part,
     words_of_tool,
 )
 
@@ -154,6 +156,63 @@ def test_an_extra_dangerous_word_makes_it_dangerous(tool: str, word: str, before
 def test_words_never_raise_on_any_text(text: str) -> None:
     words = words_of_tool(text)
     assert all(set(word) <= set(string.ascii_lowercase + string.digits) for word in words)
+
+
+# --- Claude Code's tool names ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_class"),
+    [
+        ("Read", ToolClass.READ),
+        ("Grep", ToolClass.READ),
+        ("Glob", ToolClass.READ),
+        ("LS", ToolClass.READ),
+        ("Edit", ToolClass.WRITE),
+        ("Write", ToolClass.WRITE),
+        ("MultiEdit", ToolClass.WRITE),
+        ("NotebookEdit", ToolClass.WRITE),
+        ("TodoWrite", ToolClass.WRITE),
+        ("Bash", ToolClass.DANGEROUS),
+        ("WebFetch", ToolClass.DANGEROUS),
+        ("WebSearch", ToolClass.DANGEROUS),
+        ("Task", ToolClass.DANGEROUS),
+        ("mcp__github__create_issue", ToolClass.WRITE),
+        ("mcp__github__get_issue", ToolClass.READ),
+        ("mcp__github__delete_repository", ToolClass.DANGEROUS),
+        ("mcp__my_files__list_files", ToolClass.READ),  # one underscore inside the server's name
+        ("mcp__shell__read_log", ToolClass.READ),  # the server's name is not the tool's
+        ("mcp__srv__Grep", ToolClass.WRITE),  # an MCP tool is not Claude Code's own Grep
+    ],
+)
+def test_claude_codes_tools_classify_as_they_are(tool: str, tool_class: ToolClass) -> None:
+    assert guess_tool_class(tool) is tool_class
+    assert classify_tool(tool=tool, pins=()) == Classification(tool_class, guessed=True)
+
+
+def test_claude_codes_names_are_exact_and_a_pin_still_wins() -> None:
+    assert guess_tool_class("grep") is ToolClass.WRITE  # pins and names are case-sensitive
+    assert guess_tool_class("Task_list") is ToolClass.WRITE
+    pin = ToolClassPin("Grep", ToolClass.DANGEROUS)
+    assert classify_tool(tool="Grep", pins=(pin,)).tool_class is ToolClass.DANGEROUS
+    # Only the names the words get wrong are listed: the lists stay the policy's own.
+    assert all(guess_tool_class(f"x_{name}") is not cls for name, cls in CLAUDE_CODE_TOOLS.items())
+
+
+@pytest.mark.parametrize(
+    ("tool", "part"),
+    [
+        ("mcp__github__create_issue", "create_issue"),
+        ("mcp__a__b__c", "b__c"),
+        ("mcp__my_server__run", "run"),
+        ("mcp__github__", "mcp__github__"),
+        ("mcp____tool", "mcp____tool"),
+        ("mcp_github__tool", "mcp_github__tool"),
+        ("xmcp__github__tool", "xmcp__github__tool"),
+    ],
+)
+def test_the_mcp_tool_part(tool: str, part: str) -> None:
+    assert mcp_tool_part(tool) == part
 
 
 # --- pins ---------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ import os
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from countersign.__main__ import DEADLINE_NEEDS_WAIT, EXIT_GO, EXIT_NO_GO, NO_TOKEN
-from countersign.errors import DEADLINE_PASSED
+from countersign.errors import DEADLINE_CANCELLED
 from tests.countersign.world import BIG_PAYMENT, BIG_WIRE, SMALL_PAYMENT, TOKEN
 from tests.live import ROOT, LiveServer, free_port
 
@@ -60,7 +61,9 @@ def test_a_refused_call_exits_1_with_its_state(server: LiveServer) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_held_call_exits_1_without_wait_and_at_the_deadline(server: LiveServer) -> None:
+def test_a_held_call_exits_1_without_wait_and_is_cancelled_at_the_deadline(
+    server: LiveServer,
+) -> None:
     arguments = json.dumps(BIG_PAYMENT)
     held = run_cli("--tool", "pay", "--arguments", arguments, url=server.url)
     assert held.returncode == EXIT_NO_GO
@@ -70,8 +73,13 @@ def test_a_held_call_exits_1_without_wait_and_at_the_deadline(server: LiveServer
     )
     assert late.returncode == EXIT_NO_GO
     assert late.stdout == ""
-    assert late.stderr.startswith(f"countersign: {DEADLINE_PASSED} (call ")
+    assert late.stderr.startswith(f"countersign: {DEADLINE_CANCELLED.format(seconds=0.5)} (call ")
     assert "Traceback" not in late.stderr
+    call_id = late.stderr.rsplit("(call ", 1)[1].rstrip(")\n")
+    state = httpx.get(
+        f"{server.url}/api/v1/calls/{call_id}", headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
+    assert state["status"] == "cancelled"
 
 
 def test_a_missing_token_is_a_usage_error() -> None:

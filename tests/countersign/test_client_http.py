@@ -1,6 +1,8 @@
 """The clients' HTTP side against a simulated service: retries keep their Idempotency-Key,
-errors are not retried, and ``gated`` never runs the function without a go; then against the
-service's own code in this process: ``Decimal`` amounts and ``gated``'s context as stored."""
+errors are not retried, ``gated`` never runs the function without a go, the URL and token from
+the environment, and what a deadline ends in (the cancel, and a decision made meanwhile); then
+against the service's own code in this process: ``Decimal`` amounts and ``gated``'s context as
+stored."""
 
 from __future__ import annotations
 
@@ -15,7 +17,17 @@ from asgiref.sync import sync_to_async
 from django.test import Client as DjangoClient
 
 from approvals.models import Call
-from countersign import AsyncClient, Client, Denied, ServiceUnavailable, Unauthorized, protocol
+from countersign import (
+    AsyncClient,
+    Client,
+    Denied,
+    NotApproved,
+    ServiceUnavailable,
+    TimedOut,
+    Unauthorized,
+    errors,
+    protocol,
+)
 from tests.countersign.world import TOKEN as WORLD_TOKEN
 from tests.countersign.world import world_create
 from tests.live import free_port
@@ -169,6 +181,155 @@ async def test_async_gated_does_not_run_the_function_when_the_service_is_unreach
         with pytest.raises(ServiceUnavailable):
             await pay("1.00")
     assert ran == []
+
+
+# --- the URL and the token from the environment ----------------------------------------------
+
+
+def test_the_url_and_the_token_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(protocol.URL_VARIABLE, "http://from-env.test/")
+    monkeypatch.setenv(protocol.TOKEN_VARIABLE, "cs_from-env")
+    seen, handler = recording(httpx.Response(201, json=STATE))
+    with Client(http=httpx.Client(transport=httpx.MockTransport(handler))) as client:
+        client.submit("pay", "{}")
+    assert (str(seen[0].url), seen[0].headers["Authorization"]) == (
+        "http://from-env.test/api/v1/calls",
+        "Bearer cs_from-env",
+    )
+    assert AsyncClient().base_url == "http://from-env.test"
+    assert Client("http://argument.test", TOKEN).base_url == "http://argument.test"  # arguments win
+
+
+@pytest.mark.parametrize("missing", [protocol.URL_VARIABLE, protocol.TOKEN_VARIABLE])
+def test_a_missing_url_or_token_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    monkeypatch.setenv(protocol.URL_VARIABLE, URL)
+    monkeypatch.setenv(protocol.TOKEN_VARIABLE, TOKEN)
+    monkeypatch.setenv(missing, "")  # set but empty is not set
+    for make in (Client, AsyncClient):
+        with pytest.raises(ValueError, match=missing) as raised:
+            make()
+        assert "=..." in str(raised.value)  # and the argument that would do instead
+
+
+# --- a deadline: the call is cancelled, unless it was decided meanwhile ------------------------
+
+PENDING: dict[str, Any] = {**STATE, "status": "pending"}
+DEADLINE = 0.3
+
+
+def deadline_service(
+    cancel: tuple[int, dict[str, Any]] | Exception, *, then: dict[str, Any] | None = None
+) -> tuple[list[str], Handler]:
+    """A service that holds every call: the long-poll answers pending, the cancel answers
+    ``cancel`` (status and body), and a read of the call answers ``then``. What was asked, as
+    "METHOD /path"."""
+    asked: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        asked.append(f"{request.method} {path}")
+        if path == protocol.CALLS_PATH:
+            return httpx.Response(201, json=PENDING)
+        if path.endswith("/wait"):
+            return httpx.Response(200, json=PENDING)
+        if path.endswith("/cancel"):
+            if isinstance(cancel, Exception):
+                raise cancel
+            return httpx.Response(cancel[0], json=cancel[1])
+        return httpx.Response(200, json=then)
+
+    return asked, handle
+
+
+@pytest.fixture
+def no_websocket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's sockets go where nothing listens: it long-polls the simulated service."""
+    nowhere = f"ws://127.0.0.1:{free_port()}"
+    monkeypatch.setattr(
+        protocol, "socket_url", lambda _, call: f"{nowhere}/ws/v1/calls/{protocol.call_id(call)}"
+    )
+
+
+CANCEL = f"POST {protocol.CALLS_PATH}/{STATE['id']}/cancel"
+CANCELLED = (200, {**STATE, "status": "cancelled"})
+ALREADY_FINAL = (409, {"error": {"code": "already_final", "message": "Final."}})
+
+
+@pytest.mark.usefixtures("no_websocket")
+def test_a_gated_call_past_its_deadline_is_cancelled_and_does_not_run() -> None:
+    asked, handler = deadline_service(CANCELLED)
+    ran: list[str] = []
+
+    @sync_client(handler).gated("pay", deadline=DEADLINE)
+    def pay(amount: str) -> None:
+        ran.append(amount)
+
+    with pytest.raises(TimedOut) as raised:
+        pay("600.00")
+    assert isinstance(raised.value, NotApproved)
+    assert (raised.value.call_id, raised.value.cancelled) == (STATE["id"], True)
+    assert str(raised.value) == errors.DEADLINE_CANCELLED.format(seconds=DEADLINE)
+    assert asked[-1] == CANCEL
+    assert ran == []
+
+
+@pytest.mark.usefixtures("no_websocket")
+def test_a_call_approved_as_it_was_being_cancelled_runs() -> None:
+    _, handler = deadline_service(ALREADY_FINAL, then={**STATE, "status": "approved"})
+
+    @sync_client(handler).gated("pay", deadline=DEADLINE)
+    def pay(amount: str) -> str:
+        return f"paid {amount}"
+
+    assert pay("600.00") == "paid 600.00"  # its ledgers were charged: it may run
+
+
+@pytest.mark.usefixtures("no_websocket")
+def test_a_call_denied_as_it_was_being_cancelled_ends_in_the_denial() -> None:
+    denial = {**STATE, "status": "denied", "decision": {"by": "alice", "comment": "No."}}
+    _, handler = deadline_service(ALREADY_FINAL, then=denial)
+    assert sync_client(handler).call("pay", "{}", deadline=DEADLINE) == denial
+
+
+@pytest.mark.usefixtures("no_websocket")
+def test_a_cancel_that_cannot_reach_the_service_says_the_call_may_still_be_decided() -> None:
+    _, handler = deadline_service(httpx.ConnectError("refused"))
+    with pytest.raises(TimedOut) as raised:
+        sync_client(handler).call("pay", "{}", deadline=DEADLINE)
+    assert raised.value.cancelled is False
+    assert str(raised.value) == errors.DEADLINE_NOT_CANCELLED.format(
+        seconds=DEADLINE, detail="ServiceUnavailable"
+    )
+
+
+@pytest.mark.usefixtures("no_websocket")
+def test_a_wait_told_not_to_cancel_leaves_the_call_pending() -> None:
+    asked, handler = deadline_service(CANCELLED)
+    with pytest.raises(TimedOut) as raised:
+        sync_client(handler).wait(PENDING, deadline=DEADLINE, cancel=False)
+    assert (str(raised.value), raised.value.cancelled) == (errors.DEADLINE_PASSED, False)
+    assert CANCEL not in asked
+
+
+@pytest.mark.usefixtures("no_websocket")
+@pytest.mark.asyncio
+async def test_an_async_gated_call_past_its_deadline_is_cancelled_and_does_not_run() -> None:
+    asked, handler = deadline_service(CANCELLED)
+    ran: list[str] = []
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    async with AsyncClient(URL, TOKEN, http=http) as client:
+
+        @client.gated("pay", deadline=DEADLINE)
+        async def pay(amount: str) -> None:
+            ran.append(amount)
+
+        with pytest.raises(TimedOut) as raised:
+            await pay("600.00")
+    await http.aclose()
+    assert raised.value.cancelled is True
+    assert (asked[-1], ran) == (CANCEL, [])
 
 
 def test_async_gated_wants_an_async_function() -> None:

@@ -1,6 +1,7 @@
 """The client against a real server (config/serve.py on the test database), decided by a
 person at the approver's forms: allowed, refused, approved over the WebSocket, denied over the
-long-poll when WebSockets are blocked, a restart mid-wait, the deadline, and ``gated``."""
+long-poll when WebSockets are blocked, a restart mid-wait, the deadline (the call cancelled, so
+no one can approve it after), a service lost for good, and ``gated``."""
 
 from __future__ import annotations
 
@@ -23,8 +24,12 @@ from countersign import (
     Client,
     Conflict,
     Denied,
+    NotApproved,
     NotFound,
+    ServiceUnavailable,
+    TimedOut,
     Unauthorized,
+    errors,
     protocol,
 )
 from tests.countersign.world import (
@@ -35,7 +40,7 @@ from tests.countersign.world import (
     SMALL_PAYMENT,
     TOKEN,
 )
-from tests.live import Approver, LiveServer, free_port, start_server
+from tests.live import CSRF_INPUT, Approver, LiveServer, free_port, start_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,6 +53,29 @@ def decide(server: LiveServer, call_id: str, *, approve: bool, comment: str) -> 
     approver = Approver(server, APPROVER, PASSWORD)
     try:
         return approver.decide(call_id, approve=approve, comment=comment)
+    finally:
+        approver.close()
+
+
+def late_approve(server: LiveServer, state: dict[str, Any]) -> int:
+    """An approver posting an approval of a call that is final already, as a page opened
+    before the cancel would: with the call's digest, past the form the page no longer shows."""
+    approver = Approver(server, APPROVER, PASSWORD)
+    try:
+        page = approver.http.get(f"/calls/{state['id']}/")
+        assert "arguments_sha256" not in page.text  # no decision form on a final call
+        token = CSRF_INPUT.search(page.text)
+        assert token is not None
+        return approver.http.post(
+            f"/calls/{state['id']}/approve",
+            data={
+                "csrfmiddlewaretoken": token[1],
+                "arguments_sha256": state["arguments_sha256"],
+                "comment": "too late",
+                "scope": "once",
+            },
+            headers={"Referer": str(page.url)},
+        ).status_code
     finally:
         approver.close()
 
@@ -174,13 +202,45 @@ def test_wait_falls_back_to_long_poll_when_the_websocket_cannot_connect(
     assert (state["status"], state["decision"]["comment"]) == ("denied", "too much")
 
 
-def test_a_deadline_raises_timeout_and_leaves_the_call_pending(client: Client) -> None:
+def test_a_deadline_cancels_the_call_so_no_one_can_approve_it_after(
+    server: LiveServer, client: Client
+) -> None:
     held = client.submit("pay", BIG_PAYMENT)
     started = time.monotonic()
-    with pytest.raises(TimeoutError, match="still pending"):
+    with pytest.raises(TimedOut) as raised:
         client.wait(held, deadline=1.0)
     assert 1.0 <= time.monotonic() - started < 2.5
+    assert str(raised.value) == errors.DEADLINE_CANCELLED.format(seconds=1.0)
+    assert (raised.value.call_id, raised.value.cancelled) == (held["id"], True)
+    assert late_approve(server, held) != 303
+    assert client.get(held)["status"] == "cancelled"
+
+
+def test_a_wait_told_not_to_cancel_leaves_the_call_pending(client: Client) -> None:
+    held = client.submit("pay", BIG_PAYMENT)
+    with pytest.raises(TimedOut, match="still pending"):
+        client.wait(held, deadline=0.5, cancel=False)
     assert client.get(held)["status"] == "pending"
+
+
+def test_a_gated_call_whose_agent_gives_up_is_cancelled_and_cannot_be_approved(
+    server: LiveServer, client: Client
+) -> None:
+    ran: list[str] = []
+
+    @client.gated("pay", deadline=1.0)
+    def pay(amount: str) -> None:
+        ran.append(amount)
+
+    with pytest.raises(NotApproved) as raised:
+        pay(BIG_PAYMENT["amount"])
+    assert isinstance(raised.value, TimedOut)
+    assert "Traceback" not in str(raised.value)
+    state = client.get(raised.value.call_id)
+    assert state["status"] == "cancelled"
+    assert late_approve(server, state) != 303
+    assert client.get(state)["status"] == "cancelled"
+    assert ran == []
 
 
 def test_a_deadline_bounds_the_long_poll_too(
@@ -189,9 +249,27 @@ def test_a_deadline_bounds_the_long_poll_too(
     sockets_at(monkeypatch, f"ws://127.0.0.1:{free_port()}")
     held = client.submit("pay", BIG_PAYMENT)
     started = time.monotonic()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimedOut):
         client.wait(held, deadline=1.5)
     assert 1.5 <= time.monotonic() - started < 3.0
+
+
+def test_a_wait_gives_up_on_a_service_lost_for_longer_than_reconnect_for(world: None) -> None:
+    server = start_server()
+    try:
+        with Client(server.url, TOKEN, timeout=DEADLINE, reconnect_for=1.0) as client:
+            held = client.submit("pay", BIG_PAYMENT)
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(client.wait, held, deadline=DEADLINE)
+                time.sleep(DECISION_DELAY)
+                server.stop()
+                started = time.monotonic()
+                with pytest.raises(ServiceUnavailable) as raised:
+                    waiting.result(timeout=DEADLINE)
+    finally:
+        server.stop()
+    assert time.monotonic() - started < 1.0 + 4.0  # the limit, and at most one backoff more
+    assert errors.LOST_WHILE_WAITING.format(seconds=1.0) in str(raised.value)
 
 
 def test_gated_raises_denied_with_the_reviewers_comment_and_does_not_run(

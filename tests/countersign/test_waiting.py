@@ -1,4 +1,5 @@
-"""The wait plan: what a socket's failure means, the long-poll's query, and the deadline."""
+"""The wait plan: what a socket's failure means, the long-poll's query, the deadline, giving
+up on a lost service, and what a cancel at the deadline ends in."""
 
 from __future__ import annotations
 
@@ -76,23 +77,56 @@ def test_without_a_deadline_the_long_poll_takes_the_services_default() -> None:
     plan = waiting.WaitPlan(None)
     assert plan.time_left() is None
     assert plan.poll(30.0) == ({}, waiting.MAX_POLL_SECONDS + 30.0)
-    assert plan.open_timeout() == waiting.OPEN_TIMEOUT
+    assert plan.open_timeout(30.0) == waiting.OPEN_TIMEOUT
+    assert plan.open_timeout(2.0) == 2.0  # a handshake is one request
 
 
 def test_a_near_deadline_bounds_the_long_poll_and_the_pause() -> None:
     plan = waiting.WaitPlan(2.5)
     assert plan.poll(30.0) == ({"timeout": 3}, 33.0)
-    assert plan.open_timeout() <= 2.5
+    assert plan.open_timeout(30.0) <= 2.5
     for _ in range(10):
         assert plan.pause() <= 2.5
 
 
-def test_a_passed_deadline_is_a_timeout() -> None:
+def test_a_passed_deadline_ends_the_wait_and_is_no_socket_error() -> None:
     plan = waiting.WaitPlan(0.05)
     time.sleep(0.06)
-    with pytest.raises(TimeoutError) as raised:
+    with pytest.raises(waiting.DeadlineReached) as raised:
         plan.poll(30.0)
-    assert str(raised.value) == errors.DEADLINE_PASSED
+    assert raised.value.seconds == 0.05
+    assert not isinstance(raised.value, waiting.SOCKET_ERRORS)
+
+
+def test_a_service_lost_for_longer_than_reconnect_for_is_unavailable() -> None:
+    plan = waiting.WaitPlan(None, reconnect_for=0.05)
+    assert plan.pause() >= 0  # lost only just now
+    time.sleep(0.06)
+    with pytest.raises(errors.ServiceUnavailable) as raised:
+        plan.pause()
+    assert errors.LOST_WHILE_WAITING.format(seconds=0.05) in str(raised.value)
+    plan.reached()
+    assert plan.pause() >= 0  # reached again: the count starts afresh
+
+
+def test_a_cancel_at_the_deadline_is_timed_out_unless_the_call_was_decided() -> None:
+    with pytest.raises(errors.TimedOut) as raised:
+        waiting.gave_up({"id": "c-1", "status": "cancelled"}, seconds=5)
+    assert isinstance(raised.value, errors.NotApproved)
+    assert (raised.value.call_id, raised.value.cancelled) == ("c-1", True)
+    assert str(raised.value) == errors.DEADLINE_CANCELLED.format(seconds=5)
+    approved = {"id": "c-2", "status": "approved"}
+    assert waiting.gave_up(approved, seconds=5) is approved
+
+
+def test_a_cancel_that_did_not_go_through_says_the_call_may_still_be_decided() -> None:
+    lost = errors.ServiceUnavailable("gone", code="")
+    timed_out = waiting.not_cancelled("c-3", seconds=2.5, error=lost)
+    assert (timed_out.call_id, timed_out.cancelled) == ("c-3", False)
+    assert str(timed_out) == errors.DEADLINE_NOT_CANCELLED.format(
+        seconds=2.5, detail="ServiceUnavailable"
+    )
+    assert isinstance(timed_out, TimeoutError)  # for code that already catches one
 
 
 def test_the_backoff_grows_with_failures_and_restarts_once_reached() -> None:

@@ -157,7 +157,7 @@ class Command(BaseCommand):
         self, client: AsyncClient, sample: Sample, state: dict[str, Any], deadline: float | None
     ) -> None:
         try:
-            final = await client.wait(state, deadline=deadline)
+            final = await client.wait(state, deadline=deadline, cancel=False)
         except TimeoutError:
             self.stdout.write(f"  {sample.tool}: still pending after the deadline")
             return

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction
+from channels.consumer import AsyncConsumer, get_handler_name
 from channels.layers import InMemoryChannelLayer
 from channels_redis.core import RedisChannelLayer, RedisLoopLayer
 from django.core.handlers.asgi import ASGIHandler
@@ -133,3 +134,15 @@ def test_a_connection_says_whether_it_is_inside_atomic() -> None:
     assert connection.in_atomic_block is False
     with transaction.atomic():
         assert connection.in_atomic_block is True
+
+
+# --- consumer_dispatch ------------------------------------------------------------------------
+
+
+def test_channels_dispatch_finds_handlers_by_name_and_closes_connections_first() -> None:
+    """``get_handler_name`` (undocumented) names a message's handler as the piece finds it;
+    ``AsyncConsumer.dispatch`` still runs ``aclose_old_connections()`` first, the reason for
+    the piece (when it stops, the piece is needless)."""
+    assert get_handler_name({"type": "sockets.close"}) == "sockets_close"
+    assert _parameters(AsyncConsumer.dispatch) == ["self", "message"]
+    assert _calls(AsyncConsumer.dispatch, "aclose_old_connections()")

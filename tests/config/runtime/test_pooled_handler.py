@@ -1,18 +1,28 @@
 """Requests' synchronous code runs on a fixed number of reused threads, one request at a
-time each: no thread is started per request, and a request that finds them all busy waits."""
+time each: no thread is started per request, and a request that finds them all busy waits.
+Paths with a pool of their own (logins, health checks) wait only for that pool's threads."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import SyncToAsync
 
-from config.runtime.pooled_handler import ExecutorPool, PooledThreadASGIHandler
+from config.runtime.pooled_handler import (
+    ExecutorPool,
+    PathPool,
+    PooledThreadASGIHandler,
+    configured_path_pools,
+)
 from tests.asgi import PROMPTLY, asgi_response
+from tests.config.runtime import pooled_handler_urls
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.urls("tests.config.runtime.pooled_handler_urls")]
 HOST = [(b"host", b"localhost")]
@@ -119,3 +129,62 @@ async def test_an_executor_handed_to_a_borrower_cancelled_at_that_moment_is_pass
     with pytest.raises(asyncio.CancelledError):
         await unlucky
     assert await asyncio.wait_for(next_in_line, PROMPTLY) is held
+
+
+OWN = [PathPool("login", 1, frozenset({"/own", "/own-held"}))]
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    pooled_handler_urls.RELEASE.clear()
+    yield pooled_handler_urls.RELEASE
+    pooled_handler_urls.RELEASE.set()
+
+
+async def test_a_path_with_a_pool_of_its_own_answers_while_every_request_thread_is_busy(
+    release: threading.Event,
+) -> None:
+    handler = PooledThreadASGIHandler(threads=1, path_pools=OWN)
+    held = asyncio.ensure_future(asgi_response(handler, "GET", "/held", headers=HOST))
+    await asyncio.sleep(0.1)
+    own = await asgi_response(handler, "GET", "/own", headers=HOST)
+    assert not held.done()  # the one request thread is still held
+    assert json.loads(own["body"])["name"].startswith("login")
+    release.set()
+    answer = await asyncio.wait_for(held, PROMPTLY)
+    assert json.loads(answer["body"]) == {"released": True, "name": "request_0"}
+
+
+async def test_requests_keep_their_threads_while_the_own_pool_is_busy(
+    release: threading.Event,
+) -> None:
+    handler = PooledThreadASGIHandler(threads=1, path_pools=OWN)
+    logins = [
+        asyncio.ensure_future(asgi_response(handler, "GET", "/own-held", headers=HOST))
+        for _ in range(12)
+    ]
+    await asyncio.sleep(0.1)
+    other = await asgi_response(handler, "GET", "/thread", headers=HOST)
+    assert json.loads(other["body"])["name"].startswith("request")
+    assert not any(login.done() for login in logins)  # queued for the one login thread
+    release.set()
+    answers = await asyncio.wait_for(asyncio.gather(*logins), PROMPTLY)
+    assert {json.loads(answer["body"])["name"] for answer in answers} == {"login_0"}
+
+
+async def test_the_pools_of_their_own_are_the_settings() -> None:
+    pools = {pool.name: pool for pool in configured_path_pools()}
+    assert pools["login"].paths == {"/accounts/login/", "/admin/login/"}
+    assert pools["ops"] == PathPool("ops", 1, frozenset({"/healthz", "/readyz", "/metrics"}))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a nice value per thread is Linux's")
+async def test_a_pools_threads_run_at_its_nice_value_and_the_others_at_the_processes() -> None:
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    lower = min(own + 7, 19)
+    pools = [PathPool("login", 1, frozenset({"/own"}), nice=lower)]
+    handler = PooledThreadASGIHandler(threads=1, path_pools=pools)
+    login = await asgi_response(handler, "GET", "/own", headers=HOST)
+    other = await asgi_response(handler, "GET", "/thread", headers=HOST)
+    assert json.loads(login["body"])["nice"] == lower
+    assert json.loads(other["body"])["nice"] == own

@@ -5,8 +5,9 @@ The WebSocket comes first: it brings the decision the moment it is made. A refus
 connection that fails or drops means one long-poll now and the socket again after it. Failures
 to reach the service in a row back off exponentially up to a cap. After every (re)connect the
 service sends the current state first, so a decision made while the client was away is never
-lost. A deadline bounds the whole wait with ``TimeoutError``; the call stays pending on the
-service.
+lost. A deadline bounds the whole wait: past it the client cancels the call and raises
+``TimedOut`` (``gave_up`` reads what the cancel answered). A service lost for longer than the
+client's ``reconnect_for`` ends the wait with ``ServiceUnavailable``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ CLOSE_TIMEOUT = 1.0
 # Timers can fire a hair early; a wait this close to its deadline is over.
 DEADLINE_RESOLUTION = 0.01
 
+CANCELLED = "cancelled"
+
 # What connecting to or reading from a WebSocket raises (TimeoutError is an OSError).
 SOCKET_ERRORS = (OSError, WebSocketException)
 
@@ -56,6 +59,15 @@ class SocketLost(Exception):
 
 class PollFailed(Exception):
     """The long-poll did not reach the service, or a proxy said it is away: pause, retry."""
+
+
+class DeadlineReached(Exception):
+    """The wait's deadline (``seconds`` after it began) passed. Not an ``OSError``, so that no
+    socket handler takes it for a lost connection: it ends the wait wherever it is raised."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
 
 
 def socket_failure(error: Exception) -> Exception:
@@ -95,25 +107,34 @@ def call_message(raw: str | bytes) -> protocol.CallState | None:
 
 
 class WaitPlan:
-    """One wait's deadline, its choice of WebSocket or long-poll, and its run of failures."""
+    """One wait's deadline, its choice of WebSocket or long-poll, and its run of failures.
 
-    def __init__(self, deadline: float | None) -> None:
+    ``reconnect_for`` (seconds, None for no limit) is how long the service may stay out of
+    reach, counted from the last time it answered, before the wait gives up on it."""
+
+    def __init__(self, deadline: float | None, *, reconnect_for: float | None = None) -> None:
         self.websocket = True
         self._failures = 0
-        self._give_up = None if deadline is None else time.monotonic() + deadline
+        self._deadline = deadline
+        self._started = time.monotonic()
+        self._reconnect_for = reconnect_for
+        self._last_reached = self._started  # the submit (or the caller) just reached it
 
     def time_left(self) -> float | None:
-        """Seconds until the deadline (None: no deadline); ``TimeoutError`` once it passed."""
-        if self._give_up is None:
+        """Seconds until the deadline (None: no deadline); ``DeadlineReached`` once it passed."""
+        if self._deadline is None:
             return None
-        left = self._give_up - time.monotonic()
+        left = self._deadline - (time.monotonic() - self._started)
         if left <= DEADLINE_RESOLUTION:
-            raise TimeoutError(errors.DEADLINE_PASSED)
+            raise DeadlineReached(self._deadline)
         return left
 
-    def open_timeout(self) -> float:
+    def open_timeout(self, http_timeout: float) -> float:
+        """How long a WebSocket handshake may take: a request's time, and never past the
+        deadline."""
         left = self.time_left()
-        return OPEN_TIMEOUT if left is None else min(OPEN_TIMEOUT, left)
+        limit = min(OPEN_TIMEOUT, http_timeout)
+        return limit if left is None else min(limit, left)
 
     def poll(self, http_timeout: float) -> tuple[dict[str, int], float]:
         """The long-poll's query, and how long to wait for its answer. Without a deadline
@@ -128,10 +149,38 @@ class WaitPlan:
     def reached(self) -> None:
         """The service answered: the next failure starts the backoff afresh."""
         self._failures = 0
+        self._last_reached = time.monotonic()
 
     def pause(self) -> float:
-        """Seconds to sleep after failing to reach the service, never past the deadline."""
+        """Seconds to sleep after failing to reach the service, never past the deadline;
+        ``ServiceUnavailable`` once it has been out of reach for ``reconnect_for``."""
+        lost = time.monotonic() - self._last_reached
+        if self._reconnect_for is not None and lost >= self._reconnect_for:
+            raise protocol.unavailable(
+                errors.LOST_WHILE_WAITING.format(seconds=self._reconnect_for)
+            )
         self._failures += 1
         delay = protocol.backoff(self._failures)
         left = self.time_left()
         return delay if left is None else min(delay, left)
+
+
+def gave_up(state: protocol.CallState, *, seconds: float) -> protocol.CallState:
+    """What a wait that reached its deadline ends in, given the call's state once the client
+    cancelled it: ``TimedOut`` if it is cancelled; else the call was decided at the last moment,
+    and that final state is the answer (an approval then stands: its ledgers are charged, and
+    the tool may run)."""
+    if state["status"] == CANCELLED:
+        message = errors.DEADLINE_CANCELLED.format(seconds=seconds)
+        raise errors.TimedOut(message, call_id=protocol.call_id(state), cancelled=True)
+    return state
+
+
+def not_cancelled(
+    call: protocol.CallState | str, *, seconds: float, error: errors.NotApproved
+) -> errors.TimedOut:
+    """The ``TimedOut`` of a wait whose cancel at the deadline did not go through (``error``):
+    the call may still be decided."""
+    detail = error.code or type(error).__name__
+    message = errors.DEADLINE_NOT_CANCELLED.format(seconds=seconds, detail=detail)
+    return errors.TimedOut(message, call_id=protocol.call_id(call), cancelled=False)

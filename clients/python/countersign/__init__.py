@@ -1,6 +1,7 @@
 """The Python client of Countersign: submit an agent's tool call, wait for the decision, and
-run the tool only when it is allowed or approved (``docs/api.md``). It speaks only HTTP and
-WebSockets and imports nothing of the service."""
+run the tool only when it is allowed or approved (``docs/api.md``); every other outcome is a
+``NotApproved``. It speaks only HTTP and WebSockets and imports nothing of the service
+(``docs/integrations.md``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from countersign.errors import (
     CountersignError,
     Denied,
     Forbidden,
+    NotApproved,
     NotFound,
     RateLimited,
     ServiceUnavailable,
+    TimedOut,
     TooLarge,
     Unauthorized,
 )
@@ -26,9 +29,11 @@ __all__ = [
     "CountersignError",
     "Denied",
     "Forbidden",
+    "NotApproved",
     "NotFound",
     "RateLimited",
     "ServiceUnavailable",
+    "TimedOut",
     "TooLarge",
     "Unauthorized",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import random
 import re
 import uuid
@@ -31,6 +32,9 @@ TOKEN = re.compile(r"[!-~]+", re.ASCII)  # visible ASCII, as a header value must
 FINAL_STATUSES = frozenset({"allowed", "refused", "approved", "denied", "expired", "cancelled"})
 GO_STATUSES = frozenset({"allowed", "approved"})
 
+URL_VARIABLE = "COUNTERSIGN_URL"
+TOKEN_VARIABLE = "COUNTERSIGN_TOKEN"  # noqa: S105 - the variable's name, not a token
+
 CALLS_PATH = "/api/v1/calls"
 SOCKET_PATH = "/ws/v1/calls/{call_id}"
 SOCKET_SCHEMES = {"http": "ws", "https": "wss"}
@@ -50,6 +54,29 @@ _ERRORS: dict[int, tuple[type[errors.CountersignError], str]] = {
     409: (errors.Conflict, errors.CONFLICT),
     413: (errors.TooLarge, errors.TOO_LARGE),
 }
+
+
+def _configured(value: str | None, *, variable: str, what: str, argument: str) -> str:
+    """``value`` if given, else the environment's ``variable``; neither is a ``ValueError``
+    naming both (an empty variable counts as unset)."""
+    if value is not None:
+        return value
+    found = os.environ.get(variable, "")
+    if not found:
+        raise ValueError(
+            errors.MISSING_SETTING.format(what=what, argument=argument, variable=variable)
+        )
+    return found
+
+
+def configured_url(url: str | None) -> str:
+    """The service's URL: the argument, else ``COUNTERSIGN_URL``."""
+    return _configured(url, variable=URL_VARIABLE, what="service URL", argument="base_url")
+
+
+def configured_token(token: str | None) -> str:
+    """The agent's token: the argument, else ``COUNTERSIGN_TOKEN``."""
+    return _configured(token, variable=TOKEN_VARIABLE, what="agent token", argument="token")
 
 
 def auth_headers(token: str) -> dict[str, str]:

@@ -1,9 +1,10 @@
 """What can go wrong for an agent, as exceptions that say what to do next.
 
-Every one of them means the same thing for the agent: the call is not approved, so the tool
-must not run. ``Denied`` is the service's answer (refused by policy, denied by a reviewer,
-expired or cancelled); the others are failures to get an answer at all. Messages never repeat
-the call's arguments: they end up in logs and in a model's context.
+Every one of them is a ``NotApproved`` and means the same thing for the agent: the call is not
+approved, so the tool must not run. ``Denied`` is the service's answer (refused by policy,
+denied by a reviewer, expired or cancelled); ``TimedOut`` is the agent giving up at its
+deadline (having cancelled the call); the others are failures to get an answer at all.
+Messages never repeat the call's arguments: they end up in logs and in a model's context.
 """
 
 from __future__ import annotations
@@ -54,6 +55,19 @@ DEADLINE_PASSED = (
     "No decision before the deadline: the call is still pending on the service; "
     "wait for it again, or cancel it."
 )
+DEADLINE_CANCELLED = (
+    "No decision within {seconds:g} seconds, so the agent stopped waiting and cancelled the "
+    "call: no one can approve it now. Do not run the tool; submit it again if it is still needed."
+)
+DEADLINE_NOT_CANCELLED = (
+    "No decision within {seconds:g} seconds, so the agent stopped waiting, but the call could "
+    "not be cancelled ({detail}): it may still be decided on the service. Do not run the tool."
+)
+# A wait that gives up on a service it lost (``Client(reconnect_for=...)``) says how long.
+LOST_WHILE_WAITING = "no answer for {seconds:g} seconds while waiting"
+MISSING_SETTING = (
+    "No {what} for Countersign: pass {argument}=... or set the {variable} environment variable."
+)
 
 DENIED = "The call was {status}: do not run the tool; {advice}"
 DENIED_ADVICE = {
@@ -65,39 +79,44 @@ DENIED_ADVICE = {
 DENIED_COMMENT = " Comment: {comment}"
 
 
-class CountersignError(Exception):
-    """The call is not approved. ``code`` is the service's machine code, when it sent one."""
+class NotApproved(Exception):
+    """The call is not approved: do not run the tool. The base of every exception the client
+    raises for a call; ``code`` is the service's machine code, when it sent one."""
 
     def __init__(self, message: str, *, code: str = "") -> None:
         super().__init__(message)
         self.code = code
 
 
-class BadRequest(CountersignError):
+# The base's name before 0.2, kept so that ``except CountersignError`` goes on working.
+CountersignError = NotApproved
+
+
+class BadRequest(NotApproved):
     """400: the request is malformed (the service's message says which part)."""
 
 
-class Unauthorized(CountersignError):
+class Unauthorized(NotApproved):
     """401: the token is missing, unknown or revoked."""
 
 
-class Forbidden(CountersignError):
+class Forbidden(NotApproved):
     """403: the agent is disabled, or it may not act for the principal it named."""
 
 
-class NotFound(CountersignError):
+class NotFound(NotApproved):
     """404: no such call among this agent's calls."""
 
 
-class Conflict(CountersignError):
+class Conflict(NotApproved):
     """409: an Idempotency-Key reused with another body, or a cancel of a final call."""
 
 
-class TooLarge(CountersignError):
+class TooLarge(NotApproved):
     """413: the body is over the service's limit."""
 
 
-class RateLimited(CountersignError):
+class RateLimited(NotApproved):
     """429: too many requests; ``retry_after`` is the service's advice in seconds, if any."""
 
     def __init__(self, message: str, *, code: str = "", retry_after: float | None = None) -> None:
@@ -105,11 +124,11 @@ class RateLimited(CountersignError):
         self.retry_after = retry_after
 
 
-class ServiceUnavailable(CountersignError):
+class ServiceUnavailable(NotApproved):
     """The service could not be reached, or failed, even after retrying."""
 
 
-class Denied(CountersignError):
+class Denied(NotApproved):
     """The service's answer is no: ``status`` is ``refused``, ``denied``, ``expired`` or
     ``cancelled``; ``comment`` is the decision's comment (for ``refused``, which nobody
     decided, the policy's reasons); ``state`` is the whole final call state."""
@@ -125,3 +144,14 @@ class Denied(CountersignError):
         if self.comment:
             message += DENIED_COMMENT.format(comment=self.comment)
         super().__init__(message)
+
+
+class TimedOut(NotApproved, TimeoutError):
+    """The agent's deadline passed before a decision. ``cancelled`` says whether the client
+    cancelled the call on the way out (so nobody can approve it any more); ``call_id`` is the
+    call's id. A ``TimeoutError`` too, for code that already catches one."""
+
+    def __init__(self, message: str, *, call_id: str, cancelled: bool) -> None:
+        super().__init__(message)
+        self.call_id = call_id
+        self.cancelled = cancelled

@@ -6,7 +6,8 @@ client rather than an event loop of its own, so it also works where a loop is al
 running (a notebook, sync code called from async code).
 
 Fail-closed: anything but a final ``allowed`` or ``approved`` — a refusal, a denial, an error,
-an unreachable service — ends in an exception from ``gated``, never in running the function.
+an unreachable service, a deadline passed — ends in a ``NotApproved`` from ``gated``, never in
+running the function.
 """
 
 from __future__ import annotations
@@ -32,23 +33,29 @@ R = TypeVar("R")
 class Client:
     """The agent API over HTTP and WebSockets, for synchronous code.
 
-    ``base_url`` is the service (``http://127.0.0.1:8000``), ``token`` the agent's API token,
-    ``timeout`` the seconds allowed for each HTTP request (a long-poll gets its own wait on
-    top). ``http`` is an ``httpx.Client`` to use instead of one of its own (proxies, TLS
-    settings, tests); it is left open by ``close``.
+    ``base_url`` is the service (``http://127.0.0.1:8000``) and ``token`` the agent's API
+    token; either left out is read from ``COUNTERSIGN_URL`` / ``COUNTERSIGN_TOKEN`` (a
+    ``ValueError`` naming the variable when it is not set). ``timeout`` is the seconds allowed
+    for each HTTP request or WebSocket handshake (a long-poll gets its own wait on top).
+    ``reconnect_for`` bounds how long a wait keeps trying to reach a service it lost, from the
+    last time the service answered, before it raises ``ServiceUnavailable`` (None: for as long
+    as its deadline allows). ``http`` is an ``httpx.Client`` to use instead of one of its own
+    (proxies, TLS settings, tests); it is left open by ``close``.
     """
 
     def __init__(
         self,
-        base_url: str,
-        token: str,
+        base_url: str | None = None,
+        token: str | None = None,
         *,
         timeout: float = 30.0,
+        reconnect_for: float | None = None,
         http: httpx.Client | None = None,
     ) -> None:
-        self.base_url = protocol.base_url(base_url)
+        self.base_url = protocol.base_url(protocol.configured_url(base_url))
         self.timeout = timeout
-        self._auth = protocol.auth_headers(token)
+        self.reconnect_for = reconnect_for
+        self._auth = protocol.auth_headers(protocol.configured_token(token))
         self._shown_url = str(httpx.URL(self.base_url).copy_with(userinfo=b""))
         self._own_http = http is None
         self._http = httpx.Client(timeout=timeout) if http is None else http
@@ -96,13 +103,38 @@ class Client:
         of a cancel that went through would be told ``Conflict``."""
         return self._request("POST", protocol.call_path(call, "/cancel"), attempts=1)
 
-    def wait(self, call: CallState | str, *, deadline: float | None = None) -> CallState:
+    def wait(
+        self, call: CallState | str, *, deadline: float | None = None, cancel: bool = True
+    ) -> CallState:
         """The call's final state: by WebSocket, else by long-poll, reconnecting with backoff
-        for as long as it takes. ``deadline`` (seconds from now) bounds that with
-        ``TimeoutError``; the call then stays pending on the service."""
+        for as long as it takes. ``deadline`` (seconds from now) bounds that: past it the call
+        is cancelled, so that nobody approves a call that will not run, and ``TimedOut`` says
+        so; with ``cancel=False`` it is left pending (for a caller that waits in pieces). A
+        call decided just as it was being cancelled returns its final state."""
         if protocol.is_final(call):
             return call
-        plan = waiting.WaitPlan(deadline)
+        plan = waiting.WaitPlan(deadline, reconnect_for=self.reconnect_for)
+        try:
+            return self._wait(call, plan)
+        except waiting.DeadlineReached as reached:
+            seconds = reached.seconds
+        return self._give_up(call, seconds=seconds, cancel=cancel)
+
+    def _give_up(self, call: CallState | str, *, seconds: float, cancel: bool) -> CallState:
+        if not cancel:
+            raise errors.TimedOut(
+                errors.DEADLINE_PASSED, call_id=protocol.call_id(call), cancelled=False
+            )
+        try:
+            try:
+                state = self._request("POST", protocol.call_path(call, "/cancel"))
+            except errors.Conflict:  # final already: decided meanwhile, or a retried cancel
+                state = self.get(call)
+        except errors.NotApproved as error:
+            raise waiting.not_cancelled(call, seconds=seconds, error=error) from error
+        return waiting.gave_up(state, seconds=seconds)
+
+    def _wait(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
         while True:
             if plan.websocket:
                 try:
@@ -132,7 +164,8 @@ class Client:
         idempotency_key: str | None = None,
         deadline: float | None = None,
     ) -> CallState:
-        """``submit`` and ``wait``: the final state, whatever it is."""
+        """``submit`` and ``wait``: the final state, whatever it is (past ``deadline``, the
+        call is cancelled and ``TimedOut`` raised)."""
         state = self.submit(
             tool,
             arguments,
@@ -155,8 +188,9 @@ class Client:
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """A decorator: each call of the function is submitted as ``tool`` with the function's
         arguments by parameter name, and the function runs only if the call is allowed or
-        approved. Otherwise ``Denied`` (with the status and comment); an error or an
-        unreachable service raises too, and the function does not run.
+        approved. Otherwise it does not run and a ``NotApproved`` says why: ``Denied`` (with
+        the status and comment), ``TimedOut`` when ``deadline`` seconds pass first (the call
+        is cancelled), or the error that kept the answer away (an unreachable service too).
 
         ``context`` is what the approver reads as the reason for the call: a string, or a
         function given the arguments as submitted (name → value, defaults included) that
@@ -227,7 +261,7 @@ class Client:
             with connect_sync(
                 url,
                 additional_headers=self._auth,
-                open_timeout=plan.open_timeout(),
+                open_timeout=plan.open_timeout(self.timeout),
                 close_timeout=waiting.CLOSE_TIMEOUT,
             ) as socket:
                 plan.reached()
@@ -245,15 +279,17 @@ class AsyncClient:
 
     def __init__(
         self,
-        base_url: str,
-        token: str,
+        base_url: str | None = None,
+        token: str | None = None,
         *,
         timeout: float = 30.0,
+        reconnect_for: float | None = None,
         http: httpx.AsyncClient | None = None,
     ) -> None:
-        self.base_url = protocol.base_url(base_url)
+        self.base_url = protocol.base_url(protocol.configured_url(base_url))
         self.timeout = timeout
-        self._auth = protocol.auth_headers(token)
+        self.reconnect_for = reconnect_for
+        self._auth = protocol.auth_headers(protocol.configured_token(token))
         self._shown_url = str(httpx.URL(self.base_url).copy_with(userinfo=b""))
         self._own_http = http is None
         self._http = httpx.AsyncClient(timeout=timeout) if http is None else http
@@ -294,11 +330,34 @@ class AsyncClient:
         """As ``Client.cancel``."""
         return await self._request("POST", protocol.call_path(call, "/cancel"), attempts=1)
 
-    async def wait(self, call: CallState | str, *, deadline: float | None = None) -> CallState:
+    async def wait(
+        self, call: CallState | str, *, deadline: float | None = None, cancel: bool = True
+    ) -> CallState:
         """As ``Client.wait``."""
         if protocol.is_final(call):
             return call
-        plan = waiting.WaitPlan(deadline)
+        plan = waiting.WaitPlan(deadline, reconnect_for=self.reconnect_for)
+        try:
+            return await self._wait(call, plan)
+        except waiting.DeadlineReached as reached:
+            seconds = reached.seconds
+        return await self._give_up(call, seconds=seconds, cancel=cancel)
+
+    async def _give_up(self, call: CallState | str, *, seconds: float, cancel: bool) -> CallState:
+        if not cancel:
+            raise errors.TimedOut(
+                errors.DEADLINE_PASSED, call_id=protocol.call_id(call), cancelled=False
+            )
+        try:
+            try:
+                state = await self._request("POST", protocol.call_path(call, "/cancel"))
+            except errors.Conflict:  # final already: decided meanwhile, or a retried cancel
+                state = await self.get(call)
+        except errors.NotApproved as error:
+            raise waiting.not_cancelled(call, seconds=seconds, error=error) from error
+        return waiting.gave_up(state, seconds=seconds)
+
+    async def _wait(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
         while True:
             if plan.websocket:
                 try:
@@ -421,7 +480,7 @@ class AsyncClient:
                 connect_async(
                     url,
                     additional_headers=self._auth,
-                    open_timeout=plan.open_timeout(),
+                    open_timeout=plan.open_timeout(self.timeout),
                     close_timeout=waiting.CLOSE_TIMEOUT,
                 ) as socket,
             ):
