@@ -368,15 +368,23 @@ def service(db: None) -> Iterator[Client]:
     http.close()
 
 
-def test_a_decimal_amount_is_stored_as_the_number_literal_it_spells(service: Client) -> None:
+def test_a_decimal_amount_is_stored_and_capped_exactly_as_its_decimal_text(
+    service: Client,
+) -> None:
     state = service.submit("pay", {"amount": Decimal("12.34"), "currency": "USD"})
     assert state["status"] == "allowed"
     call = Call.objects.get(pk=state["id"])
-    assert call.arguments == '{"amount": 12.34, "currency": "USD"}'
-    # A held amount as a number is read as the amount it spells, to the last digit.
+    assert call.arguments == '{"amount": "12.34", "currency": "USD"}'
+    # The cap reads the string as the amount it spells, to the last digit: the limit itself
+    # passes, a hundredth over it is held.
+    at_limit = service.submit("pay", {"amount": Decimal("500.00")})
+    assert at_limit["status"] == "allowed"
     held = service.submit("pay", {"amount": Decimal("500.01")})
     assert held["status"] == "pending"
-    assert Call.objects.get(pk=held["id"]).arguments == '{"amount": 500.01}'
+    assert Call.objects.get(pk=held["id"]).arguments == '{"amount": "500.01"}'
+    assert [reason["message"] for reason in held["reasons"]] == [
+        "USD 500.01 is over the limit of USD 500.00 per call"
+    ]
 
 
 def test_a_nan_decimal_is_refused_before_anything_is_sent(service: Client) -> None:
@@ -393,7 +401,7 @@ def test_gated_sends_decimals_and_its_context_text(service: Client) -> None:
     assert pay(Decimal("12.50")) == "paid 12.50 USD"
     call = Call.objects.get()
     assert (call.arguments, call.context) == (
-        '{"amount": 12.50, "currency": "USD"}',
+        '{"amount": "12.50", "currency": "USD"}',
         "Paying the November invoice",
     )
 
@@ -406,8 +414,8 @@ def test_gated_context_from_a_function_of_the_arguments(service: Client) -> None
     pay(Decimal("8.00"), payee="Initech")
     stored = Call.objects.order_by("created_at").values_list("arguments", "context")
     assert list(stored) == [
-        ('{"amount": 7.25, "payee": "ACME"}', "Paying ACME 7.25"),
-        ('{"amount": 8.00, "payee": "Initech"}', "Paying Initech 8.00"),
+        ('{"amount": "7.25", "payee": "ACME"}', "Paying ACME 7.25"),
+        ('{"amount": "8.00", "payee": "Initech"}', "Paying Initech 8.00"),
     ]
 
 
@@ -441,4 +449,4 @@ async def test_the_async_client_through_the_asgi_application() -> None:
         assert await pay(Decimal("3.10")) == Decimal("3.10")
     await http.aclose()
     call = await sync_to_async(Call.objects.get)()
-    assert (call.arguments, call.context) == ('{"amount": 3.10}', "Refund of 3.10")
+    assert (call.arguments, call.context) == ('{"amount": "3.10"}', "Refund of 3.10")

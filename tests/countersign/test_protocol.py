@@ -99,7 +99,7 @@ def test_arguments_text_is_sent_as_given_and_anything_else_as_json() -> None:
         protocol.arguments_text({"amount": math.nan})
 
 
-def test_a_decimal_goes_as_the_number_literal_it_spells_never_through_float() -> None:
+def test_a_decimal_goes_as_a_string_of_its_exact_decimal_text_never_through_float() -> None:
     arguments = {
         "amount": Decimal("12.34"),
         "fee": Decimal("0.10"),
@@ -109,13 +109,24 @@ def test_a_decimal_goes_as_the_number_literal_it_spells_never_through_float() ->
     }
     text = protocol.arguments_text(arguments)
     assert text == (
-        '{"amount": 12.34, "fee": 0.10, "big": 12345678901234567890.123456789, "tiny": 1E-7, '
-        '"lines": [-0, {"n": 2}, ["Zoë", null, true]]}'
+        '{"amount": "12.34", "fee": "0.10", "big": "12345678901234567890.123456789", '
+        '"tiny": "0.0000001", "lines": ["-0", {"n": 2}, ["Zoë", null, true]]}'
     )
-    assert json.loads(text, parse_float=Decimal) == {
-        **arguments,
-        "lines": [0, {"n": 2}, ["Zoë", None, True]],
-    }
+    assert [Decimal(json.loads(text)[name]) for name in ("amount", "big", "tiny")] == [
+        arguments["amount"],
+        arguments["big"],
+        arguments["tiny"],
+    ]
+
+
+def test_json_as_written_keeps_a_decimal_the_number_literal_it_spells() -> None:
+    # What the Claude Code hook sends: the tool input's numbers as the model wrote them.
+    value = {"amount": Decimal("12.30"), "lines": [Decimal("-0"), ("Zoë", None, True)], 1: 2}
+    assert protocol.json_as_written(value) == (
+        '{"amount": 12.30, "lines": [-0, ["Zoë", null, true]], "1": 2}'
+    )
+    with pytest.raises(TypeError, match="not tuple"):
+        protocol.json_as_written({("a", "b"): 1})
 
 
 @pytest.mark.parametrize(

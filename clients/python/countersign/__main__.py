@@ -8,6 +8,9 @@ for a usage error. Errors go to stderr as one line, without a traceback.
 
 ``countersign hook claude-code`` is Claude Code's PreToolUse hook and ``countersign install
 claude-code`` puts it in Claude Code's settings (``countersign.integrations.claude_code``).
+
+``countersign mcp proxy`` is an MCP server in front of another that asks Countersign before
+every tool call (``countersign.integrations.mcp_proxy``, with the ``mcp`` extra installed).
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ DEADLINE_NEEDS_WAIT = "--deadline needs --wait"
 BAD_DEADLINE = "the deadline must be a positive number of seconds"
 CLAUDE_CODE = "claude-code"
 CALL_NAMED = "{error} (call {call_id})"
+NO_UPSTREAM = "name the upstream: --upstream-url URL, or -- COMMAND [ARGS...]"
+TWO_UPSTREAMS = "name one upstream: --upstream-url URL or -- COMMAND [ARGS...], not both"
+BAD_LISTEN = "--listen is HOST:PORT, e.g. 127.0.0.1:8808"
+NO_MCP = "countersign mcp needs the mcp package: pip install 'countersign[mcp]'"
 
 
 def _seconds(text: str) -> float:
@@ -54,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _hook_parser(commands.add_parser("hook", help="run as an agent's hook (Claude Code)"))
     _install_parser(commands.add_parser("install", help="install a hook into an agent's settings"))
+    _mcp_parser(commands.add_parser("mcp", help="an MCP gateway that asks before each tool call"))
     submit = commands.add_parser(
         "submit",
         help="submit a tool call and print its state as JSON",
@@ -131,6 +139,65 @@ def _install_parser(install: argparse.ArgumentParser) -> None:
     )
 
 
+def _listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(BAD_LISTEN)
+    return host.strip("[]"), int(port)
+
+
+def _mcp_parser(mcp: argparse.ArgumentParser) -> None:
+    roles = mcp.add_subparsers(dest="role", required=True)
+    proxy = roles.add_parser(
+        "proxy",
+        help="stand in front of one MCP server: every tools/call is asked of Countersign first",
+        description="An MCP server in front of one upstream MCP server: tools, resources and "
+        "prompts pass through; each tools/call runs only when Countersign allows or a person "
+        "approves it. COUNTERSIGN_URL and COUNTERSIGN_TOKEN come from the environment.",
+        usage="%(prog)s [--name NAME] [--listen HOST:PORT] "
+        "(--upstream-url URL | -- COMMAND [ARGS ...])",
+    )
+    proxy.add_argument(
+        "--name", help="submit tools as NAME:TOOL, to tell this server's tools from others'"
+    )
+    proxy.add_argument("--upstream-url", metavar="URL", help="the upstream's streamable HTTP URL")
+    proxy.add_argument(
+        "--listen",
+        type=_listen,
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio",
+    )
+    proxy.add_argument(
+        "--progress-every",
+        type=_seconds,
+        default=5.0,
+        metavar="S",
+        help="while a call is held, a progress notification every S seconds (default: %(default)g)",
+    )
+    proxy.add_argument("upstream", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def _mcp(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    command = list(options.upstream)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command and options.upstream_url is None:
+        parser.error(NO_UPSTREAM)
+    if command and options.upstream_url is not None:
+        parser.error(TWO_UPSTREAMS)
+    try:
+        from countersign.integrations import mcp_proxy  # the mcp extra, only for this command
+    except ImportError:
+        print(NO_MCP, file=sys.stderr)
+        return 2
+    return mcp_proxy.main(
+        mcp_proxy.Upstream(command=command, url=options.upstream_url),
+        name=options.name,
+        listen=options.listen,
+        progress_every=options.progress_every,
+    )
+
+
 def _install(options: argparse.Namespace) -> int:
     path = claude_code.settings_path(project=options.project, user=options.user)
     try:
@@ -169,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return claude_code.hook(sys.stdin, sys.stdout, sys.stderr, timeout=options.timeout)
     if options.command == "install":
         return _install(options)
+    if options.command == "mcp":
+        return _mcp(parser, options)
     if not options.token:
         parser.error(NO_TOKEN)
     if options.deadline is not None and not options.wait:

@@ -83,8 +83,8 @@ class Client:
     ) -> CallState:
         """Submit a call and return its state, whose status is the verdict (``pending`` if
         held). ``arguments`` is JSON text (sent as is) or anything ``json.dumps`` takes, and
-        ``Decimal`` amounts, sent as the number literals they spell (``12.34``); a ``Decimal``
-        cost in ``usage`` goes as its decimal string.
+        ``Decimal`` amounts, sent as strings of their exact decimal text (``"12.34"``); so is
+        a ``Decimal`` cost in ``usage``.
 
         Network errors and 502/503/504 are retried with the same Idempotency-Key, so a retry
         never creates a second call; other errors raise at once."""

@@ -41,9 +41,10 @@ NOT_ASYNC = "AsyncClient.gated wraps async def functions; use Client.gated for p
 BAD_TOKEN = "The token must be visible ASCII characters without spaces: check the token."  # noqa: S105
 BAD_URL = "The service URL must start with http:// or https://."
 DECIMAL_NOT_FINITE = (
-    "A Decimal that is NaN or infinite is not a JSON number: nothing was submitted; "
+    "A Decimal that is NaN or infinite is not an amount: nothing was submitted; "
     "send a finite amount."
 )
+BAD_EDIT = "The approver's edited arguments are not a JSON object: the tool must not run."
 BAD_KEY = "keys must be str, int, float, bool or None, not {kind}"
 BAD_CONTEXT = (
     "gated(context=...) is a string or a function of the call's arguments that returns one; "

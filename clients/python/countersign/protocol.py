@@ -90,31 +90,41 @@ def auth_headers(token: str) -> dict[str, str]:
 def arguments_text(arguments: object) -> str:
     """The arguments as JSON text: a string is taken to be that text already (as a model wrote
     it) and is sent unchanged; anything else is serialised as ``json.dumps`` would, refusing
-    NaN and infinities, which are not JSON, with a ``Decimal`` written as the number literal it
-    spells (``Decimal("12.34")`` → ``12.34``; docs/api.md, "The Python client")."""
+    NaN and infinities, which are not JSON, with a ``Decimal`` written as a JSON string of its
+    exact decimal text (``Decimal("12.34")`` → ``"12.34"``; docs/api.md, "The Python client")."""
     if isinstance(arguments, str):
         return arguments
-    return _json_text(arguments)
+    return json.dumps(arguments, ensure_ascii=False, allow_nan=False, default=_decimal_text)
 
 
-def _finite(value: Decimal) -> Decimal:
+def _decimal_text(value: object) -> str:
+    """A ``Decimal`` as its exact decimal text in plain notation (``1E-7`` → ``0.0000001``),
+    never through ``float``, which makes 0.1 0.1000000000000000055… and drops large amounts'
+    digits. A string rather than a number literal, because a JSON reader elsewhere (the
+    approver's tools, a log pipeline) may read a number as a float; the service reads an
+    amount from either."""
+    if not isinstance(value, Decimal):
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
     if not value.is_finite():
         raise ValueError(errors.DECIMAL_NOT_FINITE)
-    return value
+    return format(value, "f")
 
 
-def _json_text(value: object) -> str:
-    # json has no hook that writes a raw number literal, so containers are walked here and
-    # everything else is json's own: the same separators, keys and errors as json.dumps.
+def json_as_written(value: object) -> str:
+    """JSON text of ``value`` with each ``Decimal`` written as the number literal it spells
+    (``Decimal("12.30")`` → ``12.30``): for JSON read with ``parse_float=Decimal`` that must go
+    on with its numbers as they were written (the Claude Code hook's ``tool_input``). The same
+    separators, keys and errors as ``json.dumps`` otherwise."""
+    # json has no hook that writes a raw number literal, so containers are walked here.
     if isinstance(value, Decimal):
-        # str of a finite Decimal is a JSON number, digit for digit (12.340, -0, 1E+2); never
-        # through float, which makes 0.1 0.1000000000000000055… and drops large amounts' digits.
-        return str(_finite(value))
+        if not value.is_finite():
+            raise ValueError(errors.DECIMAL_NOT_FINITE)
+        return str(value)  # a finite Decimal's str is a JSON number, digit for digit
     if isinstance(value, dict):
-        members = (f"{_key_text(key)}: {_json_text(item)}" for key, item in value.items())
+        members = (f"{_key_text(key)}: {json_as_written(item)}" for key, item in value.items())
         return "{" + ", ".join(members) + "}"
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_json_text(item) for item in value) + "]"
+        return "[" + ", ".join(json_as_written(item) for item in value) + "]"
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
@@ -129,7 +139,22 @@ def _key_text(key: object) -> str:
 def _usage_value(value: object) -> object:
     """A cost given as a ``Decimal`` goes as the decimal string the API wants, in plain
     notation (``1E-7`` would be refused as a cost)."""
-    return format(_finite(value), "f") if isinstance(value, Decimal) else value
+    return _decimal_text(value) if isinstance(value, Decimal) else value
+
+
+def edited_arguments(state: CallState) -> dict[str, Any] | None:
+    """The arguments an approver edited the call to (``edited`` in its state; reviewing.md),
+    read as an object with numbers as ``Decimal``; None when the call was not edited. A
+    ``ValueError`` when they are not a JSON object: then nothing may run."""
+    if state.get("edited") is not True:
+        return None
+    try:
+        edited = json.loads(state["arguments"], parse_float=Decimal)
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(errors.BAD_EDIT) from None
+    if not isinstance(edited, dict):
+        raise ValueError(errors.BAD_EDIT)
+    return edited
 
 
 def gated_context(context: GatedContext, arguments: Mapping[str, Any]) -> str | None:

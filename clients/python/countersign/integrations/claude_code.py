@@ -155,8 +155,8 @@ def _output(decision: str, reason: str, updated: Mapping[str, Any] | None = None
     }
     if updated is not None:
         output["updatedInput"] = updated
-    # Through the client's writer, so that an edited amount keeps its digits.
-    return protocol.arguments_text({"hookSpecificOutput": output})
+    # Numbers as written, so that an edited amount keeps its digits.
+    return protocol.json_as_written({"hookSpecificOutput": output})
 
 
 def _edited_input(state: protocol.CallState) -> dict[str, Any]:
@@ -217,7 +217,7 @@ def _decide(text: str, *, timeout: float) -> str:
         try:
             state = client.submit(
                 call.tool_name,
-                call.tool_input,
+                protocol.json_as_written(call.tool_input),  # numbers as the model wrote them
                 run_id=call.session_id,
                 context=call.context(),
                 idempotency_key=call.tool_use_id,
