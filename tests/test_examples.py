@@ -44,7 +44,15 @@ def _auto_approver(server: LiveServer, stop: threading.Event) -> None:
 
 
 @pytest.mark.parametrize(
-    "example", ["gated_agent.py", "openai_tool_loop.py", "claude_code_hook.py"]
+    "example",
+    [
+        "gated_agent.py",
+        "openai_tool_loop.py",
+        "claude_code_hook.py",
+        "openai_agents_gated.py",
+        "langchain_middleware.py",
+        "pydantic_ai_deferred.py",
+    ],
 )
 def test_the_example_runs_to_completion(example: str) -> None:
     _world()
