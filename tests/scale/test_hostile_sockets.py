@@ -26,6 +26,7 @@ from django.contrib.auth.models import User
 from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
+from websockets.sync.connection import Connection
 from websockets.typing import Origin
 
 from approvals.models import Agent, AgentToken
@@ -178,7 +179,7 @@ def queue_socket(server: LiveServer, cookie: str, origin: str | None = None) -> 
     )
 
 
-def closed_with(ws: ClientConnection, within: float) -> tuple[int | None, list[str]]:
+def closed_with(ws: Connection, within: float) -> tuple[int | None, list[str]]:
     """The close code the server sent within ``within`` seconds, and what came before it."""
     received: list[str] = []
     deadline = time.monotonic() + within
@@ -192,7 +193,7 @@ def closed_with(ws: ClientConnection, within: float) -> tuple[int | None, list[s
         return None, received
 
 
-def first_state(ws: ClientConnection) -> dict[str, Any]:
+def first_state(ws: Connection) -> dict[str, Any]:
     message = json.loads(ws.recv(timeout=10))
     assert message["type"] == "call"
     state: dict[str, Any] = message["call"]

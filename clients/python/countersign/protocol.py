@@ -143,7 +143,7 @@ def _usage_value(value: object) -> object:
 
 
 def edited_arguments(state: CallState) -> dict[str, Any] | None:
-    """The arguments an approver edited the call to (``edited`` in its state; reviewing.md),
+    """The arguments an approver edited the call to (``edited`` in its state),
     read as an object with numbers as ``Decimal``; None when the call was not edited. A
     ``ValueError`` when they are not a JSON object: then nothing may run."""
     if state.get("edited") is not True:

@@ -36,8 +36,9 @@ def trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 async def test_a_message_reaches_its_handler_without_closing_connections(
-    trips: list[int],
+    trips: list[int], settings: Any
 ) -> None:
+    settings.COUNTERSIGN_STOCK = frozenset()
     listener = _Listener()
     await listener.dispatch({"type": "call.changed", "call": {}})
     assert listener.heard == [{"type": "call.changed", "call": {}}]

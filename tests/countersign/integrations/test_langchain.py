@@ -153,7 +153,7 @@ def test_when_countersign_is_unreachable_the_tool_does_not_run() -> None:
 
 
 def test_an_edited_approval_runs_the_tool_with_the_edited_arguments() -> None:
-    # The service's edit (reviewing.md) is not built yet: a transport plays its answer.
+    # The service's edit (issue 17) is not built yet: a transport plays its answer.
     def edited_approval(request: httpx.Request) -> httpx.Response:
         state = {"id": "c-1", "status": "approved", "edited": True}
         return httpx.Response(

@@ -151,7 +151,7 @@ async def test_when_countersign_is_unreachable_the_tool_does_not_run() -> None:
 
 
 async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments() -> None:
-    # The service's edit (reviewing.md) is not built yet: the edited state it will answer with
+    # The service's edit (issue 17) is not built yet: the edited state it will answer with
     # comes from a transport that plays the service for this one call.
     edited = '{"amount": "400.00", "payee": "ACME"}'
 

@@ -35,9 +35,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
-from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
 from countersign import errors, protocol
 from countersign.client import AsyncClient
@@ -82,9 +80,9 @@ class Upstream:
 
     def connect(
         self,
-    ) -> AbstractAsyncContextManager[
-        tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
-    ]:
+    ) -> AbstractAsyncContextManager[tuple[Any, Any]]:
+        # The SDK names the two streams' types only in private modules; ClientSession
+        # checks them where they are used.
         if self.url is not None:
             return streamable_http_client(self.url)
         environment = {k: v for k, v in os.environ.items() if k not in KEPT_FROM_UPSTREAM}
@@ -126,7 +124,7 @@ def refusal(text: str) -> types.CallToolResult:
 
 def approved_arguments(state: protocol.CallState, sent: str, original: Any) -> Any:
     """The arguments the upstream is called with: the approver's, when the approved text is not
-    what was submitted (an edit, ``reviewing.md``), else the call's own, untouched."""
+    what was submitted (an edit by the approver), else the call's own, untouched."""
     approved = state.get("arguments")
     if not isinstance(approved, str) or approved == sent:
         return original
