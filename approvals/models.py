@@ -231,6 +231,10 @@ class Call(models.Model):
     tool = models.CharField(max_length=128)
     arguments = models.TextField(help_text="Exactly as received.")
     arguments_sha256 = models.CharField(max_length=64)
+    # An approver's edit replaces ``arguments``; the text the agent sent is kept here
+    # (docs/ui.md, "Edit, then approve"). Empty = never edited.
+    original_arguments = models.TextField(blank=True)
+    original_arguments_sha256 = models.CharField(max_length=64, blank=True)
     principal = models.CharField(max_length=200)
     run_id = models.CharField(max_length=200, blank=True)
     context = models.TextField(blank=True)
@@ -298,10 +302,17 @@ class Approval(models.Model):
     comment = models.TextField(blank=True)
     scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.ONCE)
     created_at = models.DateTimeField()
+    # The version of the arguments decided on; an edit voids the approvals of earlier ones.
+    arguments_sha256 = models.CharField(max_length=64, blank=True)
+    voided_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["call", "user"], name="one_decision_per_user")
+            models.UniqueConstraint(
+                fields=["call", "user"],
+                condition=Q(voided_at__isnull=True),
+                name="one_decision_per_user",
+            )
         ]
 
     def __str__(self) -> str:
@@ -374,6 +385,7 @@ class AuditEntry(models.Model):
         CALL_EXPIRED = "call expired", "call expired"
         CALL_CANCELLED = "call cancelled", "call cancelled"
         CALL_EXTENDED = "call extended", "call extended"
+        CALL_EDITED = "call edited", "call edited"
         AGENT_CREATED = "agent created", "agent created"
         AGENT_UPDATED = "agent updated", "agent updated"
         TOKEN_ISSUED = "token issued", "token issued"
@@ -399,6 +411,7 @@ class AuditEntry(models.Model):
         STANDING_RULE_CREATED = "standing rule created", "standing rule created"
         LOGIN_LOCKED_OUT = "login locked out", "login locked out"
         LOGIN_UNLOCKED = "login unlocked", "login unlocked"
+        NOTIFICATION_RETRIED = "notification retried", "notification retried"
 
         @classmethod
         def call(cls, status: str) -> AuditEntry.Action:
@@ -419,6 +432,8 @@ class AuditEntry(models.Model):
         GROUP = "group", "group"
         LEDGER_ENTRY = "ledgerentry", "ledgerentry"
         LOGIN = "login", "login"
+        NOTIFICATION = "notification", "notification"
+        NOTIFICATION_CHANNEL = "notification channel", "notification channel"
         PERMISSION_RULE = "permissionrule", "permissionrule"
         TOOL_CLASS = "toolclass", "toolclass"
         USER = "user", "user"
