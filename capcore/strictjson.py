@@ -7,6 +7,15 @@ way (duplicate names, case-variant names, lone surrogates, NaN, trailing data) i
 Built on the standard library's C-accelerated decoder with hooks. The two checks it has no
 hook for (nesting depth, lone surrogates inside strings) walk the parsed tree only when a
 cheap scan of the text says they could fail.
+
+The duplicate and case-variant check is a Python hook called once per object, which is most
+of the cost of a document with many objects. For those, jiter (native code) parses the
+casefolded text with its duplicate-key check instead: without ``\\u`` escapes, casefolding
+changes letters only, so the casefolded document has the same objects, each name becomes its
+casefold, and two names fold together exactly when they collide there. The value itself
+still comes from the standard decoder, without the hook. Whatever the fast path cannot
+vouch for (any failure of either parser, any ``\\u`` escape) is read again by the hooked
+path, which gives the reason: both paths accept the same documents with the same values.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ import json
 import re
 from collections.abc import Sequence
 from typing import NoReturn
+
+import jiter
 
 from capcore.amounts import JSONNumber
 from capcore.errors import ArgAbsent, ArgsNotStrict
@@ -61,6 +72,11 @@ _DECODER = json.JSONDecoder(
     parse_int=JSONNumber,
     parse_constant=_refuse_constant,
 )
+_UNHOOKED_DECODER = json.JSONDecoder(
+    parse_float=JSONNumber, parse_int=JSONNumber, parse_constant=_refuse_constant
+)
+# Below this many objects the per-object hook costs less than a second parse (bench/).
+FOLDED_CHECK_FROM_OBJECTS = 3
 
 
 def _utf8(data: bytes) -> str | None:
@@ -93,7 +109,25 @@ def _text(data: bytes | str) -> str:
     return text
 
 
+def _decode_folded(text: str) -> object | None:
+    """The value, when the fast path can vouch for it; ``None`` when the hooked path must
+    decide (a document with objects in it is never ``null``)."""
+    value: object
+    try:
+        jiter.from_json(text.casefold().encode(), catch_duplicate_keys=True, cache_mode="keys")
+        value, end = _UNHOOKED_DECODER.raw_decode(text, _leading_blanks(text))
+    except (ValueError, RecursionError, ArgsNotStrict):
+        return None
+    if end != len(text) and text[end:].strip(_JSON_BLANKS):
+        return None
+    return value
+
+
 def _decode(text: str) -> object:
+    if text.count("{") >= FOLDED_CHECK_FROM_OBJECTS and "\\u" not in text:
+        value = _decode_folded(text)
+        if value is not None:
+            return value
     failure = None
     try:
         value, end = _DECODER.raw_decode(text, _leading_blanks(text))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +25,16 @@ from capcore import (
 from capcore import strictjson as sj
 
 Encoder = Callable[[str], "bytes | str"]
+
+
+@pytest.fixture(autouse=True, scope="module", params=["hooked", "folded"])
+def _decoding_path(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test runs once through each path: the per-object hook, and (for every document
+    without a ``\\u`` escape, whatever its size) jiter's check of the casefolded text."""
+    kept = sj.FOLDED_CHECK_FROM_OBJECTS
+    sj.FOLDED_CHECK_FROM_OBJECTS = 10**9 if request.param == "hooked" else 0
+    yield
+    sj.FOLDED_CHECK_FROM_OBJECTS = kept
 
 
 def as_str(text: str) -> bytes | str:
@@ -834,3 +844,25 @@ def test_generated_case_variant_names_are_refused(name: str) -> None:
     variant = name.swapcase()
     assume(variant != name and variant.casefold() == name.casefold())
     assert refused(json.dumps({name: 1, variant: 2})) == sj.CASE_VARIANT_NAMES
+
+
+@given(value=json_values, options=dump_options)
+def test_the_folded_check_vouches_for_documents_without_escapes(
+    value: object, options: dict[str, Any]
+) -> None:
+    """The fast path is taken, not merely fallen back from, and reads the same value."""
+    text = json.dumps(value, **options)
+    assume("\\u" not in text and depth_of(value) <= MAX_DEPTH)
+    assert same(sj._decode_folded(text), as_loaded(value))
+
+
+@given(name=st.text(st.characters(codec="utf-8"), min_size=1, max_size=8), in_list=st.booleans())
+def test_case_variants_are_refused_deep_in_a_document_of_many_objects(
+    name: str, in_list: bool
+) -> None:
+    variant = name.swapcase()
+    assume(variant != name and variant.casefold() == name.casefold())
+    inner = {name: 1, variant: 2}
+    document = {"items": [{"a": 1}, {"b": 2}, [inner] if in_list else {"x": inner}]}
+    assert refused(json.dumps(document, ensure_ascii=False)) == sj.CASE_VARIANT_NAMES
+    assert refused(json.dumps(document)) == sj.CASE_VARIANT_NAMES
