@@ -143,23 +143,37 @@ def _decode(text: str) -> object:
     return value
 
 
-def _check_tree(value: object, *, depth: bool, surrogates: bool) -> None:
-    stack: list[tuple[object, int]] = [(value, 1)]
+def _too_deep(value: object) -> bool:
+    """More than ``MAX_DEPTH`` containers nested: the containers of each level gathered from
+    the one above (a comprehension per level, not a step per value)."""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    level: list[dict[str, object] | list[object]] = [value]
+    for _ in range(MAX_DEPTH):
+        level = [
+            child
+            for node in level
+            for child in (node.values() if type(node) is dict else node)
+            if type(child) is dict or type(child) is list
+        ]
+        if not level:
+            return False
+    return True
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    stack = [value]
     while stack:
-        node, level = stack.pop()
+        node = stack.pop()
         if type(node) is dict:
-            if depth and level > MAX_DEPTH:
-                raise ArgsNotStrict(TOO_DEEP)
-            for name, member in node.items():
-                if surrogates and _SURROGATE.search(name):
-                    raise ArgsNotStrict(LONE_SURROGATE)
-                stack.append((member, level + 1))
+            if any(_SURROGATE.search(name) for name in node):
+                return True
+            stack.extend(node.values())
         elif type(node) is list:
-            if depth and level > MAX_DEPTH:
-                raise ArgsNotStrict(TOO_DEEP)
-            stack.extend((item, level + 1) for item in node)
-        elif surrogates and type(node) is str and _SURROGATE.search(node):
-            raise ArgsNotStrict(LONE_SURROGATE)
+            stack.extend(node)
+        elif type(node) is str and _SURROGATE.search(node):
+            return True
+    return False
 
 
 def strict_loads(data: bytes | str) -> object:
@@ -171,8 +185,10 @@ def strict_loads(data: bytes | str) -> object:
     # A correct escaped pair decodes to one code point; a lone escape stays a surrogate.
     # A single-character search first: most documents contain no backslash at all.
     surrogates = "\\" in text and _ESCAPED_SURROGATE.search(text) is not None
-    if depth or surrogates:
-        _check_tree(value, depth=depth, surrogates=surrogates)
+    if depth and _too_deep(value):
+        raise ArgsNotStrict(TOO_DEEP)
+    if surrogates and _has_lone_surrogate(value):
+        raise ArgsNotStrict(LONE_SURROGATE)
     return value
 
 
