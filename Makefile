@@ -43,7 +43,7 @@ run: $(RUN_STAMP)
 	@$(BIN)/python manage.py migrate --noinput -v0
 	@$(BIN)/python manage.py collectstatic --noinput -v0
 	@$(BIN)/python manage.py demo_setup --url http://$(HOST):$(PORT)
-	@DEBUG=1 $(BIN)/python -m config.serve --host $(HOST) --port $(PORT)
+	@DEBUG=1 COUNTERSIGN_PUBLIC_URL=$${COUNTERSIGN_PUBLIC_URL:-http://$(HOST):$(PORT)} $(BIN)/python -m config.serve --host $(HOST) --port $(PORT)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

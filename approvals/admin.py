@@ -36,9 +36,12 @@ from approvals.models import (
     Budget,
     Call,
     CapRule,
+    DeliveryAttempt,
     Gate,
     Ledger,
     LedgerEntry,
+    Notification,
+    NotificationChannel,
     PermissionRule,
     ToolClass,
 )
@@ -54,6 +57,17 @@ from approvals.services.agents import (
 from approvals.services.audit import audit_object_type, audit_record, audit_snapshot
 from approvals.services.ledgers import ledger_entry_void
 from approvals.services.logins import login_attempts_unlock
+from approvals.services.notifications import (
+    ChannelInvalid,
+    NotRetried,
+    channel_audit,
+    channel_check,
+    channel_delete,
+    channel_snapshot,
+    masked_target,
+    notification_retry,
+    webhook_secret_new,
+)
 from approvals.services.rules import budget_save, cap_rule_save, rules_file_text
 from capcore.rules import NAME
 
@@ -636,6 +650,150 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     search_fields = ("object_id", "action")
     date_hierarchy = "at"
     ordering = ("-at", "-pk")
+
+
+# --- Notifications: channels edited and audited (secrets masked), the outbox read-only ------
+
+
+class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
+    events = forms.MultipleChoiceField(
+        choices=NotificationChannel.Event.choices,
+        widget=forms.CheckboxSelectMultiple,
+        initial=list(NotificationChannel.Event.values),
+    )
+    gates = forms.CharField(
+        required=False,
+        help_text="Comma-separated gate names: only calls held at one of them. Empty = every gate.",
+    )
+    secret = forms.CharField(
+        required=False,
+        widget=forms.TextInput(attrs={"size": 60, "autocomplete": "off"}),
+        help_text="Webhook only: 'whsec_' and base64; empty on a new webhook = a new secret.",
+    )
+
+    class Meta:
+        model = NotificationChannel
+        fields = ["name", "kind", "target", "secret", "events", "gates", "enabled"]
+        widgets = {"target": forms.TextInput(attrs={"size": 100, "autocomplete": "off"})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.initial["gates"] = ", ".join(self.instance.gates)
+
+    def clean_gates(self) -> list[str]:
+        text = self.cleaned_data.get("gates") or ""
+        return [gate.strip() for gate in text.split(",") if gate.strip()]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        kind, target = cleaned.get("kind"), cleaned.get("target")
+        if kind is None or target is None or "events" not in cleaned:
+            return cleaned
+        secret = cleaned.get("secret") or ""
+        if kind == NotificationChannel.Kind.WEBHOOK and not secret and self.instance.pk is None:
+            secret = cleaned["secret"] = webhook_secret_new()
+        try:
+            channel_check(
+                kind=kind,
+                target=target,
+                events=cleaned["events"],
+                gates=cleaned.get("gates") or [],
+                secret=secret,
+            )
+        except ChannelInvalid as error:
+            raise ValidationError(str(error)) from None
+        return cleaned
+
+
+class DeliveryAttemptInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = DeliveryAttempt
+    fields = ("at", "ok", "status_code", "error", "duration_ms")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("-at",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(NotificationChannel)
+class NotificationChannelAdmin(AuditedAdmin):
+    """Audited like every model, with the secret and the target's credentials masked in the
+    entries (``channel_snapshot``); shown whole only here."""
+
+    form = NotificationChannelForm
+    list_display = ("__str__", "kind", "masked", "events_shown", "gates_shown", "enabled")
+    list_filter = ("kind", "enabled")
+
+    @admin.display(description="target")
+    def masked(self, obj: NotificationChannel) -> str:
+        return masked_target(obj.kind, obj.target)
+
+    @admin.display(description="events")
+    def events_shown(self, obj: NotificationChannel) -> str:
+        return ", ".join(obj.events)
+
+    @admin.display(description="gates")
+    def gates_shown(self, obj: NotificationChannel) -> str:
+        return ", ".join(obj.gates) or "all"
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        with transaction.atomic():
+            stored = NotificationChannel.objects.filter(pk=obj.pk).first() if change else None
+            before = "" if stored is None else channel_snapshot(stored)
+            obj.save()
+            channel_audit(channel=obj, user=_user(request), change=change, before=before)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        channel_delete(channel=obj, user=_user(request))
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    """The outbox: each message with its attempts; "Retry now" tries one again at once."""
+
+    list_display = ("created_at", "event", "channel", "call", "status", "attempts", "delivered_at")
+    list_filter = ("status", "event", "channel")
+    readonly_fields = (
+        "id",
+        "channel",
+        "call",
+        "event",
+        "status",
+        "created_at",
+        "next_attempt_at",
+        "lease_until",
+        "attempts",
+        "delivered_at",
+        "payload",
+    )
+    inlines = [DeliveryAttemptInline]
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    actions = ["retry_now"]
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("approvals.change_notification")
+
+    @admin.action(description="Retry now", permissions=["retry"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Notification]) -> None:
+        retried = 0
+        for notification in queryset:
+            try:
+                notification_retry(notification=notification, user=_user(request))
+            except NotRetried:
+                continue
+            retried += 1
+        skipped = queryset.count() - retried
+        message = f"{retried} notification(s) to be tried again now."
+        if skipped:
+            message += f" {skipped} already delivered: left alone."
+        self.message_user(request, message, messages.SUCCESS if retried else messages.WARNING)
 
 
 # --- Users and groups: who may decide is part of the policy, so changes are audited --------

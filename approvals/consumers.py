@@ -76,6 +76,13 @@ from approvals.notify import (
     session_group,
     token_group,
 )
+from approvals.presence import (
+    agent_key,
+    call_key,
+    presence_watch,
+    waiter_enter,
+    waiter_leave,
+)
 from approvals.selectors.call_page import call_page
 from approvals.selectors.calls import call_for_agent, call_state
 from approvals.selectors.deciders import may_view
@@ -186,6 +193,12 @@ class _AgentConsumer(DispatchWithoutConnectionSweep, AsyncJsonWebsocketConsumer)
         self._counted: int | None = None  # the agent whose cap this socket counts in
         self._access_watch: asyncio.Task[None] | None = None
         self._ended = False
+        self._waits_for: str | None = None  # approvals.presence's key, while counted
+
+    def _wait_for(self, key: str) -> None:
+        """Count this socket as an agent waiting (``approvals.presence``) until it closes."""
+        self._waits_for = key
+        waiter_enter(key)
 
     async def _authenticate(self) -> Bearer | None:
         """The socket's active agent and token, counted in its cap; otherwise the (accepted)
@@ -244,6 +257,9 @@ class _AgentConsumer(DispatchWithoutConnectionSweep, AsyncJsonWebsocketConsumer)
         counted, self._counted = self._counted, None
         if counted is not None:
             agent_socket_give_back(counted)
+        waits_for, self._waits_for = self._waits_for, None
+        if waits_for is not None:
+            waiter_leave(waits_for)
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
@@ -280,6 +296,7 @@ class AgentCallConsumer(_AgentConsumer):
             await self._end(CLOSE_NOT_FOUND)
             return
         self.agent, self.call_id = found.agent, call_id
+        self._wait_for(call_key(call_id))
         await self._join(call_group(call_id))
         try:
             state = await _call_state_still_valid(found.token_id, found.agent, call_id)
@@ -384,6 +401,7 @@ class AgentStreamConsumer(_AgentConsumer):
         except ValueError:
             await self._end(CLOSE_BAD_REQUEST)
             return
+        self._wait_for(agent_key(found.agent.pk))
         await self._join(agent_group(found.agent.pk))
         try:
             states = await _agent_states(found.token_id, found.agent, since)
@@ -528,6 +546,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         await asyncio.gather(*(self.channel_layer.group_add(g, self.channel_name) for g in groups))
         self.groups.extend(groups)  # left by websocket_disconnect
         await page_hub_join(self._queue_changed)
+        presence_watch()
         # Joined first, then checked and rendered: no change and no logout falls between.
         await self._push(since=now())
         if self.user_id is not None:
@@ -669,9 +688,14 @@ class CallPageConsumer(_PageConsumer):
     LEDGER_CHANGES = frozenset({Call.Status.ALLOWED, Call.Status.APPROVED})
 
     def _concerns(self, state: State) -> bool:
+        call_id = str(self.scope["url_route"]["kwargs"]["call_id"])
         return (
-            state.get("id") == str(self.scope["url_route"]["kwargs"]["call_id"])
+            state.get("id") == call_id
             or state.get("status") in self.LEDGER_CHANGES
+            # approvals.presence: an agent began or ceased to wait for this call, or for
+            # every call of some agent (this one's, perhaps)
+            or call_id in state.get("presence_calls", ())
+            or bool(state.get("presence_agents"))
         )
 
     def _view(self) -> tuple[Hashable, Callable[[], Any]]:

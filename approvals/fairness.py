@@ -183,12 +183,15 @@ class _PageHub:
                 await asyncio.sleep(RETRY_SECONDS)
                 await self._rejoin(layer, channel)
                 continue
-            arrived = now()
-            for listener in list(self.listeners):
-                try:
-                    listener(message, arrived)
-                except Exception:
-                    logger.exception("a page socket failed to take a queue push")
+            self.tell(message)
+
+    def tell(self, message: dict[str, Any]) -> None:
+        arrived = now()
+        for listener in list(self.listeners):
+            try:
+                listener(message, arrived)
+            except Exception:
+                logger.exception("a page socket failed to take a queue push")
 
     async def _keep_joined(self, layer: Any, channel: str) -> None:
         while True:
@@ -259,6 +262,12 @@ async def page_hub_join(listener: Listener) -> None:
     """Call ``listener(message, arrived)`` with each message to the queue group from now on
     (``arrived``: ``now()`` when the process received it), until ``page_hub_leave``."""
     await _state().pages.join(listener)
+
+
+def page_hub_tell(message: dict[str, Any]) -> None:
+    """Hand ``message`` to this process's page sockets as if it had come to the queue
+    group: a change every process learns by itself (``approvals.presence``)."""
+    _state().pages.tell(message)
 
 
 def page_hub_leave(listener: Listener) -> None:

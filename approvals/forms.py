@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
+from django.http import QueryDict
 
 from approvals.errors import QUERY_CHOICES, QUERY_RANGE, QUERY_TEXT
 from approvals.models import Agent
@@ -105,6 +106,17 @@ class HistoryFilterForm(forms.Form):
             since=data["since"],
             until=data["until"],
         )
+
+
+def posted_arguments(data: QueryDict) -> str | None:
+    """The call's arguments as an approver edited them on the approve form: None when the
+    form sent no ``arguments`` field (no edit). A browser sends a textarea's line breaks as
+    CRLF; they are read back as LF, which changes only blanks between JSON tokens (a raw
+    line break inside a JSON string is not strict JSON either way), so an untouched field is
+    byte-identical to the arguments it was filled with. Nothing else is changed: the
+    service reads the text strictly."""
+    text = data.get("arguments")
+    return None if text is None else text.replace("\r\n", "\n")
 
 
 def history_page(raw: str | None, *, pages: int) -> int:

@@ -49,6 +49,7 @@ from approvals.notify import (
     call_group,
     token_group,
 )
+from approvals.presence import call_key, waiter_enter, waiter_leave
 from approvals.selectors.calls import call_for_agent, call_state
 from config.runtime.asgi_types import Receive, Scope, Send
 from config.runtime.sweeper import expire_due_now
@@ -195,11 +196,14 @@ async def _wait(
     )
     await pushes.open()  # before the read: a decision made in between is pushed, not missed
     disconnected = asyncio.ensure_future(_until_disconnect(receive))
+    waits_for: str | None = None
     LONG_POLLS.inc()
     try:
         state = await sync_to_async(_read_state_still_valid, thread_sensitive=False)(found, call_id)
         if state is None:
             raise ApiError(404, Code.NOT_FOUND, NOT_FOUND)
+        waits_for = call_key(call_id)
+        waiter_enter(waits_for)  # approvals.presence: counted in memory, no round trip
         clock = asyncio.get_running_loop().time
         give_up = clock() + timeout
         while state["status"] not in Call.Status.FINAL:
@@ -222,6 +226,8 @@ async def _wait(
         return state
     finally:
         LONG_POLLS.dec()
+        if waits_for is not None:
+            waiter_leave(waits_for)
         disconnected.cancel()
         await pushes.close()
 

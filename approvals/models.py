@@ -255,6 +255,9 @@ class Call(models.Model):
     # NULL = no key, so that the partial unique constraint ignores calls without one.
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     request_sha256 = models.CharField(max_length=64, blank=True)
+    # The deadline whose ``call.expiring`` notice was written (docs/notifications.md): an
+    # extended deadline differs from it, so it gets a notice of its own.
+    expiring_noticed_for = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         permissions = [("decide_call", "Can approve or deny held calls")]
@@ -505,3 +508,86 @@ class RunCost(models.Model):
 
     def __str__(self) -> str:
         return f"{self.currency} {self.amount}"
+
+
+class NotificationChannel(models.Model):
+    """Where notifications go (docs/notifications.md): edited in admin or ``add_channel``."""
+
+    class Kind(models.TextChoices):
+        EMAIL = "email", "email"
+        WEBHOOK = "webhook", "webhook"
+        APPRISE = "apprise", "apprise"
+
+    class Event(models.TextChoices):
+        HELD = "call.held", "call.held"
+        DECIDED = "call.decided", "call.decided"
+        EXPIRED = "call.expired", "call.expired"
+        CANCELLED = "call.cancelled", "call.cancelled"
+        EXPIRING = "call.expiring", "call.expiring"
+
+    name = models.CharField(max_length=100, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    target = models.TextField(
+        help_text="email: 'approvers' or comma-separated addresses; webhook: an http(s) URL; "
+        "apprise: an Apprise URL."
+    )
+    secret = models.CharField(
+        max_length=200, blank=True, help_text="Webhook only: the signing secret, 'whsec_…'."
+    )
+    events = models.JSONField(default=list, help_text="The events sent: call.held, ….")
+    gates = models.JSONField(default=list, blank=True, help_text="Gate names; empty = every gate.")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name or f"{self.kind} channel {self.pk}"
+
+
+class Notification(models.Model):
+    """The outbox: one message of one channel about one event of a call, written in the
+    transaction of the change it reports and delivered by the delivery loop."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        DELIVERED = "delivered", "delivered"
+        FAILED = "failed", "failed"
+
+    # The webhook-id is f"msg_{id.hex}", stable across retries.
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    channel = models.ForeignKey(
+        NotificationChannel, on_delete=models.CASCADE, related_name="notifications"
+    )
+    call = models.ForeignKey(Call, on_delete=models.PROTECT, related_name="notifications")
+    event = models.CharField(max_length=16, choices=NotificationChannel.Event.choices)
+    payload = models.TextField(help_text="The JSON body exactly as committed.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField()
+    next_attempt_at = models.DateTimeField()
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="notification_due"),
+            models.Index(
+                fields=["channel", "call", "created_at"], name="notification_channel_call"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} of call {self.call_id} ({self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    notification = models.ForeignKey(
+        Notification, on_delete=models.CASCADE, related_name="delivery_attempts"
+    )
+    at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField()
+    ok = models.BooleanField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="Short; never a secret or credentials.")
+
+    def __str__(self) -> str:
+        return f"attempt at {self.at:%Y-%m-%d %H:%M:%S} ({'ok' if self.ok else 'failed'})"

@@ -43,7 +43,11 @@ class CallStateOut(Schema):
     tool: str
     principal: str
     run_id: str
+    # The text an approver edited the arguments to; null when the call was not edited.
+    arguments: str | None
     arguments_sha256: str
+    edited: bool
+    original_arguments_sha256: str | None
     reasons: list[dict[str, Any]]
     gates: list[str]
     approvals: list[dict[str, Any]]

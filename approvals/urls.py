@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.urls import URLPattern, path
 
 from approvals import views
@@ -7,8 +8,15 @@ from approvals import views
 urlpatterns: list[URLPattern] = [
     path("", views.queue, name="queue"),
     path("history/", views.history, name="history"),
+    path("calls/decide", views.calls_decide_many, name="calls-decide"),
     path("calls/<uuid:call_id>/", views.call_detail, name="call-detail"),
     path("calls/<uuid:call_id>/approve", views.call_approve, name="call-approve"),
     path("calls/<uuid:call_id>/deny", views.call_deny, name="call-deny"),
     path("calls/<uuid:call_id>/extend", views.call_extend_deadline, name="call-extend"),
 ]
+
+# make run's own webhook receiver, for the demo's webhook channel (approvals/services/demo.py).
+if settings.DEBUG:
+    from approvals.senders.demo_receiver import demo_webhook
+
+    urlpatterns.append(path("demo/webhook", demo_webhook, name="demo-webhook"))

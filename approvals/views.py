@@ -19,17 +19,29 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.forms import HistoryFilterForm, history_page
+from approvals.forms import HistoryFilterForm, history_page, posted_arguments
 from approvals.models import Approval
 from approvals.querystring import BadQuery, checks_own_query, query_refused, single_values
 from approvals.selectors.call_page import call_page
-from approvals.selectors.deciders import may_view
+from approvals.selectors.deciders import DECIDE_PERMISSION, may_view
 from approvals.selectors.history import history_calls, history_rows
-from approvals.selectors.queue import queue_for_user
-from approvals.services.decisions import DecisionError, call_decide
+from approvals.selectors.queue import batch_result, queue_for_user
+from approvals.services.decisions import (
+    BATCH_LIMIT,
+    DecisionError,
+    EditNotEligible,
+    call_decide,
+    calls_decide,
+)
 from approvals.services.lifecycle import AlreadyFinal, call_extend
 
 HISTORY_PAGE_SIZE = 50
+# A batch's report, kept in the session from the plain form's POST to the queue it redirects to.
+BATCH_SESSION_KEY = "countersign.batch"
+BATCH_VERBS = {"approve": True, "deny": False}
+BATCH_BAD_VERB = "The verb must be approve or deny."
+BATCH_EMPTY = "Select at least one call."
+BATCH_TOO_MANY = f"At most {BATCH_LIMIT} calls at once."
 HISTORY_PARAMETERS = (*HistoryFilterForm.base_fields, "page")
 
 
@@ -51,8 +63,47 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
     user = _user(request)
-    context = {"queue": queue_for_user(user=user)}
+    context: dict[str, object] = {"queue": queue_for_user(user=user)}
+    if not request.htmx and BATCH_SESSION_KEY in request.session:  # type: ignore[attr-defined]
+        kept = request.session.pop(BATCH_SESSION_KEY)
+        context["batch"] = batch_result(
+            approve=bool(kept["approve"]), outcomes=[tuple(line) for line in kept["outcomes"]]
+        )
     return render(request, _template(request, "approvals/queue.html", "queue"), context)
+
+
+@checks_own_query
+@require_POST
+@login_required
+def calls_decide_many(request: HttpRequest) -> HttpResponse:
+    """``POST /calls/decide``: one decision per ``call`` field (``<id>:<arguments_sha256>``)
+    with one ``verb`` and ``comment`` (docs/ui.md, "Decide many at once"). An htmx request
+    gets the report and the queue; the plain form is redirected to the queue, which shows
+    the report once."""
+    user = _user(request)
+    approve = BATCH_VERBS.get(request.POST.get("verb", ""))
+    fields = request.POST.getlist("call")
+    problem = BATCH_EMPTY if not fields else BATCH_TOO_MANY if len(fields) > BATCH_LIMIT else ""
+    if approve is None or problem:
+        return HttpResponse(problem or BATCH_BAD_VERB, status=400, content_type="text/plain")
+    if not user.has_perm(DECIDE_PERMISSION):
+        raise PermissionDenied
+    outcomes = calls_decide(
+        user=user, approve=approve, comment=request.POST.get("comment", ""), calls=fields
+    )
+    report = [
+        (str(o.call_id) if o.call_id is not None else o.field[:80], o.decided, o.reason)
+        for o in outcomes
+    ]
+    if request.htmx:  # type: ignore[attr-defined]
+        context = {
+            "batch": batch_result(approve=approve, outcomes=report),
+            "queue": queue_for_user(user=user),
+            "oob": True,
+        }
+        return render(request, "approvals/queue.html#batch-answer", context)
+    request.session[BATCH_SESSION_KEY] = {"approve": approve, "outcomes": report}
+    return HttpResponseRedirect("/", status=303)
 
 
 def _render_call(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
@@ -81,11 +132,12 @@ def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpR
             comment=request.POST.get("comment", ""),
             arguments_sha256=request.POST.get("arguments_sha256", ""),
             scope=request.POST.get("scope", Approval.Scope.ONCE),
+            arguments=posted_arguments(request.POST) if approve else None,
         )
     except DecisionError as error:
         if error.status == 404:
             raise Http404 from None
-        if error.status == 403:
+        if error.status == 403 and not isinstance(error, EditNotEligible):
             raise PermissionDenied from None
         return HttpResponse(
             str(error) or "The decision was not recorded.",

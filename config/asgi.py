@@ -25,10 +25,11 @@ django_http = (
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from approvals.delivery import ensure_delivery_started  # noqa: E402
 from approvals.longpoll import WAIT_PATH, wait_app  # noqa: E402
 from approvals.middleware import body_too_large, body_too_slow  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
-from config.runtime.asgi_types import Receive, Scope, Send  # noqa: E402
+from config.runtime.asgi_types import Message, Receive, Scope, Send  # noqa: E402
 from config.runtime.body_limit import BodyLimit  # noqa: E402
 from config.runtime.raw_routes import RawRoutes  # noqa: E402
 from config.runtime.sweeper import ensure_sweeper_started, sweeper_lifespan  # noqa: E402
@@ -38,15 +39,28 @@ routes = RawRoutes([(WAIT_PATH, wait_app)], django=django_http)
 
 
 async def http(scope: Scope, receive: Receive, send: Send) -> None:
-    # The server's lifespan start starts the sweep; a server that sends no lifespan events
-    # starts it with the first request of the process.
+    # The server's lifespan start starts the sweep and the notifications' delivery loop; a
+    # server that sends no lifespan events starts them with the first request of the process.
     ensure_sweeper_started()
+    ensure_delivery_started()
     await routes(scope, receive, send)
+
+
+async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+    """The sweeper's lifespan, which also starts the delivery loop (docs/notifications.md)."""
+
+    async def received() -> Message:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            ensure_delivery_started()
+        return message
+
+    await sweeper_lifespan(scope, received, send)
 
 
 application = ProtocolTypeRouter(
     {
-        "lifespan": sweeper_lifespan,
+        "lifespan": lifespan,
         "http": BodyLimit(http, too_large=body_too_large, too_slow=body_too_slow),
         # Channels' stubs want their own pattern subclass; Django's path() patterns work as is.
         "websocket": URLRouter(websocket_urlpatterns),  # type: ignore[arg-type]

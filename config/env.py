@@ -11,10 +11,13 @@ import re
 import secrets
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.validators import validate_email
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -32,6 +35,10 @@ def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None:
         return default
+    return _bool(name, raw)
+
+
+def _bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in _TRUE:
         return True
@@ -143,3 +150,138 @@ def redis_channel_layer(url: str, *, stock: bool = False) -> dict[str, Any]:
         "BACKEND": STOCK_REDIS_LAYER if stock else REDIS_LAYER,
         "CONFIG": {"hosts": [host], "capacity": CHANNEL_CAPACITY},
     }
+
+
+# --- Email ----------------------------------------------------------------------------------
+SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+# Printed in short (each mail's recipients, subject and text) rather than whole.
+CONSOLE_BACKEND = "approvals.senders.console.EmailBackend"
+# EMAIL_URL's schemes: the port each defaults to, and its TLS (None: not SMTP).
+EMAIL_SCHEMES: dict[str, tuple[int, str] | None] = {
+    "smtp": (25, "none"),  # plain, unless ?tls=1 (STARTTLS) or ?ssl=1 (TLS from the start)
+    "submission": (587, "tls"),  # STARTTLS
+    "smtps": (465, "ssl"),  # TLS from the start
+    "console": None,  # printed to the server's output
+}
+TLS_PORTS = {"tls": 587, "ssl": 465}
+EMAIL_OPTIONS = frozenset({"tls", "ssl", "from"})
+DEFAULT_FROM_EMAIL = "countersign@localhost"
+# The value is never repeated in an error: it may hold a password.
+BAD_EMAIL_URL = "{name} {problem}; the form is smtp://user:password@host:587?tls=1"
+
+
+@dataclass(frozen=True)
+class EmailSettings:
+    """Django's ``EMAIL_*`` settings, and whether any mail server was configured."""
+
+    backend: str
+    host: str = "localhost"
+    port: int = 25
+    user: str = ""
+    password: str = ""
+    use_tls: bool = False
+    use_ssl: bool = False
+    from_email: str = DEFAULT_FROM_EMAIL
+    configured: bool = False
+
+
+def _email_problem(name: str, problem: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(BAD_EMAIL_URL.format(name=name, problem=problem))
+
+
+def _address(name: str, value: str) -> str:
+    try:
+        validate_email(value)
+    except ValidationError:
+        raise ImproperlyConfigured(f"{name} must be an email address") from None
+    return value
+
+
+def parse_email_url(url: str, *, name: str = "EMAIL_URL") -> EmailSettings:
+    """``smtp://user:password@host:port?tls=1``, ``submission://…`` (STARTTLS, port 587),
+    ``smtps://…`` (TLS, port 465) or ``console://``; the user and password percent-encoded;
+    ``?from=address`` sets the sender. Anything else is refused, without repeating it."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise _email_problem(name, "is not a URL with a valid port") from None
+    scheme = parts.scheme.lower()
+    if scheme not in EMAIL_SCHEMES:
+        raise _email_problem(name, "must start with " + ", ".join(f"{s}://" for s in EMAIL_SCHEMES))
+    defaults = EMAIL_SCHEMES[scheme]
+    if parts.path not in ("", "/") or parts.fragment:
+        raise _email_problem(name, "has a path or fragment, which means nothing here")
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise _email_problem(name, "has a malformed query") from None
+    options = dict(pairs)
+    if len(options) != len(pairs):
+        raise _email_problem(name, "repeats an option")
+    unknown = set(options) - EMAIL_OPTIONS
+    if unknown:
+        raise _email_problem(name, "has an unknown option (known: from, ssl, tls)")
+    from_email = _address(f"{name}'s from", options["from"]) if "from" in options else ""
+    if defaults is None:
+        if parts.netloc or set(options) - {"from"}:
+            raise _email_problem(name, "console:// takes no host and no options but from")
+        return EmailSettings(
+            backend=CONSOLE_BACKEND, from_email=from_email or DEFAULT_FROM_EMAIL, configured=True
+        )
+    default_port, tls = defaults
+    if not parts.hostname:
+        raise _email_problem(name, "names no host")
+    use_tls = _bool(f"{name}'s tls", options["tls"]) if "tls" in options else tls == "tls"
+    use_ssl = _bool(f"{name}'s ssl", options["ssl"]) if "ssl" in options else tls == "ssl"
+    if use_tls and use_ssl:
+        raise _email_problem(name, "asks for both tls (STARTTLS) and ssl (TLS from the start)")
+    if port is None:
+        port = TLS_PORTS["ssl"] if use_ssl else TLS_PORTS["tls"] if use_tls else default_port
+    if port == 0:
+        raise _email_problem(name, "has port 0")
+    return EmailSettings(
+        backend=SMTP_BACKEND,
+        host=parts.hostname,
+        port=port,
+        user=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+        use_tls=use_tls,
+        use_ssl=use_ssl,
+        from_email=from_email or DEFAULT_FROM_EMAIL,
+        configured=True,
+    )
+
+
+def email_settings(*, debug: bool) -> EmailSettings:
+    """From ``EMAIL_URL`` if set, else Django's own ``EMAIL_*`` variables. With neither, mail
+    is printed to the console under ``DEBUG`` and otherwise handed to an SMTP server on
+    localhost:25 (``configured`` False: a system check warns where email channels exist)."""
+    from_email = os.environ.get("DEFAULT_FROM_EMAIL", "").strip()
+    if from_email:
+        _address("DEFAULT_FROM_EMAIL", from_email)
+    url = os.environ.get("EMAIL_URL", "").strip()
+    if url:
+        found = parse_email_url(url)
+        if from_email and found.from_email == DEFAULT_FROM_EMAIL:
+            found = replace(found, from_email=from_email)
+        return found
+    host = env_str("EMAIL_HOST", "").strip()
+    backend = env_str("EMAIL_BACKEND", "").strip()
+    use_tls = env_bool("EMAIL_USE_TLS", False)
+    use_ssl = env_bool("EMAIL_USE_SSL", False)
+    if use_tls and use_ssl:
+        raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL cannot both be on")
+    configured = bool(host or backend)
+    default_backend = SMTP_BACKEND if configured or not debug else CONSOLE_BACKEND
+    return EmailSettings(
+        backend=backend or default_backend,
+        host=host or "localhost",
+        port=env_int("EMAIL_PORT", 25, minimum=1, maximum=65535),
+        user=env_str("EMAIL_HOST_USER", ""),
+        password=env_str("EMAIL_HOST_PASSWORD", ""),
+        use_tls=use_tls,
+        use_ssl=use_ssl,
+        from_email=from_email or DEFAULT_FROM_EMAIL,
+        configured=configured,
+    )

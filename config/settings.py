@@ -10,6 +10,7 @@ from pathlib import Path
 import dj_database_url
 
 from config.env import (
+    email_settings,
     env_bool,
     env_choices,
     env_int,
@@ -247,3 +248,38 @@ COUNTERSIGN_MAX_SOCKETS_PER_AGENT = env_int(
 )
 # Adds /bench/bare, the bare async endpoint bench/ compares the agent API with.
 COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False)
+
+# --- Notifications: sending (approvals/senders/) ---------------------------------------------
+# Seconds any outbound request of a notification (a webhook, an Apprise service, the mail
+# server) may take to connect and to answer.
+COUNTERSIGN_NOTIFY_TIMEOUT = env_int("COUNTERSIGN_NOTIFY_TIMEOUT", 10, minimum=1, maximum=300)
+# Mail (email channels, password resets): EMAIL_URL, e.g. smtp://user:password@host:587?tls=1,
+# else Django's own EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,
+# EMAIL_USE_SSL, EMAIL_BACKEND. With none, mail is printed to the console under DEBUG (make
+# run), and otherwise handed to localhost:25, with a system check's warning where an email
+# channel exists (approvals/checks.py).
+_email = email_settings(debug=DEBUG)
+EMAIL_BACKEND = _email.backend
+EMAIL_HOST = _email.host
+EMAIL_PORT = _email.port
+EMAIL_HOST_USER = _email.user
+EMAIL_HOST_PASSWORD = _email.password
+EMAIL_USE_TLS = _email.use_tls
+EMAIL_USE_SSL = _email.use_ssl
+EMAIL_TIMEOUT = COUNTERSIGN_NOTIFY_TIMEOUT
+DEFAULT_FROM_EMAIL = SERVER_EMAIL = _email.from_email
+COUNTERSIGN_EMAIL_CONFIGURED = _email.configured
+
+# --- Notifications: the outbox and its delivery (approvals/delivery.py) -----------------------
+# The server's address as approvers reach it, for the link to a call's page in each message.
+COUNTERSIGN_PUBLIC_URL = env_str("COUNTERSIGN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# Seconds before a held call's deadline that ``call.expiring`` is sent.
+COUNTERSIGN_EXPIRING_NOTICE = env_int(
+    "COUNTERSIGN_EXPIRING_NOTICE", 300, minimum=1, maximum=31_536_000
+)
+# Hours after a message is written that failed attempts are still retried; then it is failed.
+COUNTERSIGN_NOTIFY_RETRY_HOURS = env_int(
+    "COUNTERSIGN_NOTIFY_RETRY_HOURS", 24, minimum=1, maximum=720
+)
+# Threads per delivery loop sending messages: at most this many receivers are waited on at once.
+COUNTERSIGN_NOTIFY_THREADS = env_int("COUNTERSIGN_NOTIFY_THREADS", 4, minimum=1, maximum=64)

@@ -10,6 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from approvals import ops
 from approvals.api import api, api_not_found
+from approvals.manifest import web_manifest
 from config import bench
 
 
@@ -23,6 +24,8 @@ def favicon_redirect(request: HttpRequest) -> HttpResponseRedirect:
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
     path("favicon.ico", favicon_redirect),
+    # The web app manifest: the queue on a phone's home screen (approvals/manifest.py).
+    path("manifest.webmanifest", web_manifest, name="web-manifest"),
     # For load balancers and Prometheus, on a thread of their own (COUNTERSIGN_PATH_POOLS).
     path("healthz", ops.healthz, name="healthz"),
     path("readyz", ops.readyz, name="readyz"),

@@ -12,6 +12,7 @@ from django.utils import timezone
 import capcore
 from approvals import jsontext
 from approvals.models import Approval, AuditEntry, Call, Gate
+from approvals.presence import Waiting, presence_of
 from approvals.selectors.calls import call_findings
 from approvals.selectors.caps import CapLine, call_amounts, cap_assessments, cap_line
 from approvals.selectors.deciders import decidable_call_ids, required_approvals
@@ -46,6 +47,16 @@ class CallPage:
     my_decision: Approval | None
     scope_choice: bool
     now: datetime
+    # Whether an agent waits for the call (a pending one; None: not pending, or unknown).
+    waiting: Waiting | None = None
+    # The agent's original arguments for people, when an approver edited them ("" if not).
+    original_pretty: str = ""
+
+    @property
+    def edited_by(self) -> str:
+        """Who last edited the call's arguments ("" when nobody did), from its audit trail."""
+        edits = [e for e in self.audit if e.action == AuditEntry.Action.CALL_EDITED]
+        return edits[-1].username if edits else ""
 
     @property
     def pending(self) -> bool:
@@ -91,6 +102,12 @@ def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) ->
     except capcore.ArgsNotStrict:
         # Shown as received (escaped by the template), and marked as not strict JSON.
         pretty, readable = call.arguments, False
+    original = ""
+    if call.original_arguments_sha256:  # only a held call is edited: its original was read
+        try:
+            original = jsontext.pretty(capcore.parse_arguments(call.original_arguments))
+        except capcore.ArgsNotStrict:
+            original = call.original_arguments
     audit = list(
         AuditEntry.objects.filter(object_type="call", object_id=str(call.pk))
         .select_related("user", "agent")
@@ -102,7 +119,9 @@ def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) ->
         gate.name: gate for gate in Gate.objects.filter(name__in=call.gates).select_related("group")
     }
     required = {name: gate.required_approvals for name, gate in gates.items()}
-    approvals = tuple(sorted(call.approvals.all(), key=lambda a: (a.created_at, a.pk)))
+    # Those given to an earlier version of the arguments (before an edit) are void.
+    current = (a for a in call.approvals.all() if a.voided_at is None)
+    approvals = tuple(sorted(current, key=lambda a: (a.created_at, a.pk)))
     approved = sum(1 for approval in approvals if approval.approve)
     progress = tuple(
         GateProgress(
@@ -128,4 +147,6 @@ def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) ->
         my_decision=next((a for a in approvals if a.user_id == user.pk), None),
         scope_choice=held_by_mode_only(call_findings(call)),
         now=now,
+        waiting=presence_of([call]).get(call.pk) if call.status == Call.Status.PENDING else None,
+        original_pretty=original,
     )

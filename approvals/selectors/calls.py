@@ -18,8 +18,10 @@ def _iso(moment: datetime | None) -> str | None:
 
 def call_state(call: Call, *, approvals: Iterable[Approval] | None = None) -> dict[str, Any]:
     """The call state object of the agent API (docs/api.md). ``approvals``: the call's
-    approvals with their users, when the caller has read them already."""
+    approvals with their users, when the caller has read them already; those an edit voided
+    are left out."""
     pending = call.status == Call.Status.PENDING
+    edited = bool(call.original_arguments_sha256)
     decision = None
     if call.status in Call.Status.DECIDED:
         by = call.decided_by.get_username() if call.decided_by is not None else None
@@ -31,7 +33,12 @@ def call_state(call: Call, *, approvals: Iterable[Approval] | None = None) -> di
         "tool": call.tool,
         "principal": call.principal,
         "run_id": call.run_id,
+        # The arguments an approver edited the call to (what runs); null when not edited:
+        # the agent has its own, and no answer echoes text the model wrote.
+        "arguments": call.arguments if edited else None,
         "arguments_sha256": call.arguments_sha256,
+        "edited": edited,
+        "original_arguments_sha256": call.original_arguments_sha256 or None,
         "reasons": call.reasons,
         "gates": call.gates if pending else [],
         "approvals": []
@@ -39,7 +46,7 @@ def call_state(call: Call, *, approvals: Iterable[Approval] | None = None) -> di
         else [
             {"by": approval.user.get_username(), "at": _iso(approval.created_at)}
             for approval in (call.approvals.all() if approvals is None else approvals)
-            if approval.approve
+            if approval.approve and approval.voided_at is None
         ],
         "decision": decision,
         "created_at": _iso(call.created_at),

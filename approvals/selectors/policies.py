@@ -41,8 +41,14 @@ _cached: tuple[int | None, dict[int, AgentPolicy]] = (None, {})
 def policy_for_agent(*, agent: Agent) -> AgentPolicy:
     """Everything the verdict on this agent's next call depends on besides its mode and
     counters. Call it inside the transaction that evaluates the call."""
+    # First: whatever is read after it is at least this new.
+    return policy_at_stamp(agent=agent, stamp=policy_stamp_read())
+
+
+def policy_at_stamp(*, agent: Agent, stamp: int | None) -> AgentPolicy:
+    """``policy_for_agent`` for a caller that has read the stamp in this transaction (the
+    submission, which keeps the notification channels under it too)."""
     global _cached
-    stamp = policy_stamp_read()  # first: whatever is read after it is at least this new
     if stamp is None:
         return _policy_read(agent)
     cached_stamp, policies = _cached

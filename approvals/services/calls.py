@@ -14,15 +14,26 @@ from django.utils import timezone
 
 import capcore
 from approvals import metrics
-from approvals.models import Agent, AuditEntry, Call, Ledger, LedgerEntry
+from approvals.models import (
+    Agent,
+    AuditEntry,
+    Call,
+    Ledger,
+    LedgerEntry,
+    NotificationChannel,
+    RunCost,
+    RunCounter,
+)
 from approvals.notify import notify_call
 from approvals.queries import sql
 from approvals.queries.ledgers import ledgers_create, ledgers_read
+from approvals.queries.policy_stamps import policy_stamp_read
 from approvals.queries.run_counters import run_cost_count, run_cost_read, run_counter_count
 from approvals.selectors.gates import hold_seconds
 from approvals.selectors.ledgers import ledger_identity, ledgers_spent
-from approvals.selectors.policies import policy_for_agent
+from approvals.selectors.policies import AgentPolicy, policy_at_stamp, policy_for_agent
 from approvals.services.audit import audit_entry
+from approvals.services.notifications import EVENT_OF_STATUS, notifications_enqueue
 from approvals.services.submissions import Submission
 from config.runtime.sqlite_writers import write_transaction
 
@@ -111,6 +122,7 @@ def call_end(
     call.updated_at = now
     sql.update(call, "status", "decided_at", "decided_by", "decision_comment", "updated_at")
     metrics.call_decided(call)
+    notifications_enqueue(call=call, event=EVENT_OF_STATUS[status], now=now)
 
 
 def records_to_json(records: Sequence[capcore.LedgerRecord]) -> list[dict[str, object]]:
@@ -170,20 +182,16 @@ def _spent(
     return {key: spent[ledger.pk] for key, ledger in ledgers.items()}
 
 
-def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
-    policy = policy_for_agent(agent=agent)
-    request = capcore.CallRequest(
-        tool=submission.tool,
-        arguments_text=submission.arguments,
-        principal=submission.principal,
-        run_id=submission.run_id,
-        usage=submission.usage,
-    )
-    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
-    # Read the clock only once the locks are held: a time taken before waiting for them
-    # would be older than the entries recorded meanwhile.
-    now = clock or timezone.now()
-    counters = _counted(agent, policy.budget, submission, now)
+def _evaluation(
+    agent: Agent,
+    policy: AgentPolicy,
+    request: capcore.CallRequest,
+    counters: capcore.RunCounters,
+    ledgers: dict[capcore.LedgerKey, Ledger],
+    now: datetime,
+) -> capcore.Evaluation:
+    """Every policy on ``request``, with the run counters as they stood before it and the
+    spent totals of its locked ledgers; a policy error is logged here."""
     state = capcore.PolicyState(
         now=now,
         mode=capcore.Mode.parse(agent.mode),
@@ -198,6 +206,68 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
     evaluation = capcore.evaluate_call(request, state)
     if evaluation.error is not None:
         logger.error("policy error on a call by agent %s", agent.pk, exc_info=evaluation.error)
+    return evaluation
+
+
+def _counters_standing(
+    agent: Agent, budget: capcore.Budget | None, call: Call, now: datetime
+) -> capcore.RunCounters:
+    """The counters a new submission in ``call``'s run would see now, read without counting
+    anything, less ``call`` itself where they count it: it is the call being evaluated
+    again, counted (with its usage) once, when it was submitted."""
+    scope = budget.scope if budget is not None else capcore.BudgetScope.RUN
+    key = call.run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
+    counter = RunCounter.objects.filter(agent=agent, scope=scope.value, key=key).first()
+    if counter is None:
+        return capcore.RunCounters()
+    cost = 0
+    if budget is not None and budget.cost_currency is not None:
+        costs = RunCost.objects.filter(counter=counter, currency=budget.cost_currency)
+        cost = costs.values_list("amount", flat=True).first() or 0
+    counted_here = scope is capcore.BudgetScope.RUN or call.created_at.date() == now.date()
+    calls_before = max(counter.calls - counted_here, 0)
+    return capcore.RunCounters(
+        calls_before, counter.tokens, cost, counter.started_at if calls_before else None
+    )
+
+
+def call_evaluate_again(
+    *, call: Call, arguments: str, clock: datetime | None = None
+) -> tuple[capcore.Evaluation, dict[capcore.LedgerKey, Ledger], datetime]:
+    """``call`` with other ``arguments`` (an approver's edit), evaluated by every policy as
+    a new submission of the same agent, principal, run and tool would be now, except that
+    the call is not counted twice: its own count and usage are in the run counters already
+    (no usage is added), and its own amounts are in no ledger while it is held. Runs in the
+    caller's transaction; the ledgers the edited call touches are locked and returned for
+    recording, with the time read once they were."""
+    agent = call.agent
+    policy = policy_for_agent(agent=agent)
+    request = capcore.CallRequest(
+        tool=call.tool, arguments_text=arguments, principal=call.principal, run_id=call.run_id
+    )
+    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
+    now = clock or timezone.now()
+    counters = _counters_standing(agent, policy.budget, call, now)
+    return _evaluation(agent, policy, request, counters, ledgers, now), ledgers, now
+
+
+def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
+    # First: whatever is read after it is at least this new (the policy, the channels).
+    stamp = policy_stamp_read()
+    policy = policy_at_stamp(agent=agent, stamp=stamp)
+    request = capcore.CallRequest(
+        tool=submission.tool,
+        arguments_text=submission.arguments,
+        principal=submission.principal,
+        run_id=submission.run_id,
+        usage=submission.usage,
+    )
+    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
+    # Read the clock only once the locks are held: a time taken before waiting for them
+    # would be older than the entries recorded meanwhile.
+    now = clock or timezone.now()
+    counters = _counted(agent, policy.budget, submission, now)
+    evaluation = _evaluation(agent, policy, request, counters, ledgers, now)
     verdict = evaluation.verdict
     call = Call(
         agent=agent,
@@ -232,6 +302,10 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         ]
     )
     metrics.call_submitted(call)
+    if call.status == Call.Status.PENDING:
+        notifications_enqueue(
+            call=call, event=NotificationChannel.Event.HELD, now=now, stamp=stamp, approvals=()
+        )
     notify_call(call)
     return call
 

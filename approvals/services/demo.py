@@ -16,8 +16,9 @@ from pathlib import Path
 from django.contrib.auth.models import Permission, User
 from django.db import transaction
 
-from approvals.models import Agent, AgentToken, Gate
+from approvals.models import Agent, AgentToken, Gate, NotificationChannel
 from approvals.services.agents import agent_create_or_update, agent_token_rotate, token_digest
+from approvals.services.notifications import channel_add, channel_audit, channel_snapshot
 from approvals.services.rules import gate_ensure, rules_import
 
 DEMO_PASSWORD = "countersign-demo"  # noqa: S105 - a published demo login on 127.0.0.1
@@ -30,6 +31,14 @@ DEMO_TOKEN_FILE = "demo_token"  # noqa: S105 - a file name, not a secret
 DEMO_URL_FILE = "demo_url"
 DEMO_DEFAULT_URL = "http://127.0.0.1:8000"
 DECIDE_CODENAME = "decide_call"
+DEMO_EMAIL_DOMAIN = "example.com"
+# make run's notifications: mail to the approvers, printed by the server (the console mail
+# backend under DEBUG), and a webhook to the server's own demo receiver, which prints each
+# one it verifies (approvals/senders/demo_receiver.py).
+DEMO_EMAIL_CHANNEL = "demo: mail to the approvers (printed by make run)"
+DEMO_EMAIL_EVENTS = (NotificationChannel.Event.HELD, NotificationChannel.Event.EXPIRING)
+DEMO_WEBHOOK_CHANNEL = "demo: webhook to make run's own receiver"
+DEMO_WEBHOOK_PATH = "/demo/webhook"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +59,8 @@ def _approver(username: str) -> None:
     if created:
         user.set_password(DEMO_PASSWORD)
     user.is_staff = False
+    if not user.email:  # the demo's mail channel writes to the approvers (to the console)
+        user.email = f"{username}@{DEMO_EMAIL_DOMAIN}"
     user.save()
     user.user_permissions.add(Permission.objects.get(codename=DECIDE_CODENAME))
 
@@ -96,9 +107,33 @@ def _demo_token(agent: Agent, stored: str | None) -> tuple[str, bool]:
     return agent_token_rotate(agent=agent), False
 
 
+def _demo_channels(url: str) -> None:
+    """The demo's two channels, made once (a channel an admin disabled stays so); the webhook
+    is pointed at the receiver of the server about to start at ``url``."""
+    if not NotificationChannel.objects.filter(name=DEMO_EMAIL_CHANNEL).exists():
+        channel_add(
+            kind=NotificationChannel.Kind.EMAIL,
+            target="approvers",
+            events=list(DEMO_EMAIL_EVENTS),
+            name=DEMO_EMAIL_CHANNEL,
+        )
+    target = url.rstrip("/") + DEMO_WEBHOOK_PATH
+    hook = NotificationChannel.objects.filter(name=DEMO_WEBHOOK_CHANNEL).first()
+    if hook is None:
+        channel_add(kind=NotificationChannel.Kind.WEBHOOK, target=target, name=DEMO_WEBHOOK_CHANNEL)
+    elif hook.target != target:
+        before = channel_snapshot(hook)
+        hook.target = target
+        hook.save(update_fields=["target"])
+        channel_audit(channel=hook, user=None, change=True, before=before)
+
+
 @transaction.atomic
-def demo_ensure(*, rules_file: Path, stored_token: str | None = None) -> DemoSetup:
-    """The demo, created or refreshed; ``stored_token`` is the token an earlier run printed."""
+def demo_ensure(
+    *, rules_file: Path, stored_token: str | None = None, url: str | None = None
+) -> DemoSetup:
+    """The demo, created or refreshed; ``stored_token`` is the token an earlier run printed;
+    with ``url`` (where the server is about to listen), its notification channels too."""
     for username in DEMO_APPROVERS:
         _approver(username)
     _admin()
@@ -111,6 +146,8 @@ def demo_ensure(*, rules_file: Path, stored_token: str | None = None) -> DemoSet
     )
     agent_create_or_update(name=DEMO_PROMPT_AGENT, principal="acme-ops", mode=Agent.Mode.PROMPT)
     token, reused = _demo_token(agent, stored_token)
+    if url is not None:
+        _demo_channels(url)
     return DemoSetup(
         approvers=DEMO_APPROVERS,
         admin=DEMO_ADMIN,

@@ -10,13 +10,14 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from approvals import metrics
-from approvals.models import Agent, AuditEntry, Call
+from approvals.models import Agent, AuditEntry, Call, NotificationChannel
 from approvals.notify import notify_call
 from approvals.queries import sql
 from approvals.queries.calls import call_read_locked
 from approvals.selectors.gates import hold_seconds
 from approvals.services.audit import audit_record
 from approvals.services.calls import call_end
+from approvals.services.notifications import notifications_enqueue
 from config.runtime.sqlite_writers import write_transaction
 
 CANCELLED_COMMENT = "Cancelled by the agent."
@@ -70,6 +71,7 @@ def calls_expire_due(*, now: datetime | None = None) -> int:
                 call = Call.objects.get(pk=call_id)
                 audit_record(action=AuditEntry.Action.CALL_EXPIRED, obj=call, at=now)
                 metrics.call_decided(call)
+                notifications_enqueue(call=call, event=NotificationChannel.Event.EXPIRED, now=now)
                 notify_call(call)
                 expired += 1
     return expired

@@ -72,10 +72,13 @@
   document.addEventListener("htmx:wsAfterMessage", function () {
     syncTitle();
     tick();
+    syncPicks();
+    restoreFocus();
   });
   document.addEventListener("htmx:afterSettle", function () {
     syncTitle();
     tick();
+    syncPicks();
   });
 
   function syncTitle() {
@@ -142,13 +145,190 @@
     if (notice) notice.hidden = true;
   });
 
+  // --- Edit, then approve ---------------------------------------------------------------------
+  // The "Edit arguments" field is sent only while it is open (a closed one is disabled, so an
+  // approval without an edit sends no arguments at all), and says as it is typed whether the
+  // text is a JSON object. JSON.parse is only a first check (it accepts duplicate names, for
+  // one): the server reads the edit strictly and answers with its reason.
+
+  var EDIT_UNCHANGED = "Approve with changed arguments checks them against every policy " +
+    "again; other approvals then start over.";
+
+  function syncEditors() {
+    document.querySelectorAll("details.edit-arguments").forEach(function (details) {
+      var field = details.querySelector("textarea");
+      if (field) field.disabled = !details.open;
+    });
+  }
+
+  function checkEdit(field) {
+    var check = document.getElementById(field.getAttribute("aria-describedby"));
+    if (!check) return;
+    var state = "unchanged";
+    var text = EDIT_UNCHANGED;
+    if (field.value !== field.defaultValue) {
+      try {
+        var value = JSON.parse(field.value.trim() === "" ? "{}" : field.value);
+        if (value === null || typeof value !== "object" || Array.isArray(value)) {
+          state = "invalid";
+          text = "Not a JSON object: the arguments must be an object {…}.";
+        } else {
+          state = "changed";
+          text = "Edited: Approve checks and approves these arguments instead of the agent's.";
+        }
+      } catch (error) {
+        state = "invalid";
+        text = "Not JSON: " + error.message;
+      }
+    }
+    check.dataset.state = state;
+    check.textContent = text;
+    field.setAttribute("aria-invalid", state === "invalid" ? "true" : "false");
+  }
+
+  // "toggle" does not bubble: listen in the capture phase.
+  document.addEventListener("toggle", function (event) {
+    if (event.target instanceof HTMLDetailsElement &&
+        event.target.classList.contains("edit-arguments")) {
+      syncEditors();
+      var field = event.target.querySelector("textarea");
+      if (field && event.target.open) field.focus();
+    }
+  }, true);
+  document.addEventListener("input", function (event) {
+    if (event.target instanceof HTMLTextAreaElement &&
+        event.target.classList.contains("arguments-input")) {
+      checkEdit(event.target);
+    }
+  });
+  document.addEventListener("htmx:afterSettle", syncEditors);
+
+  // Another approver's edit arrives in a push of the status panel, with the new digest: the
+  // arguments and the form on this page are the earlier version's, so say so (approving
+  // them would be refused as stale).
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var live = document.querySelector(".live[data-arguments-sha256]");
+    var shown = document.querySelector(".decision input[name='arguments_sha256']");
+    var notice = document.getElementById("notice");
+    if (!live || !shown || !notice) return;
+    if (live.dataset.argumentsSha256 !== shown.value) {
+      notice.textContent = "The arguments were edited since this page was shown: reload it to " +
+        "see and decide the new version.";
+      notice.hidden = false;
+    }
+  });
+
+  // --- Deciding many at once (the queue) -------------------------------------------------------
+  // A push replaces the whole queue, checkboxes included: the selection is kept here, by each
+  // checkbox's value (<call id>:<digest of the arguments shown>), and applied again after each
+  // push. A selected call that left the queue meanwhile (another approver decided it), or whose
+  // arguments were edited (its row now carries a new digest), stays selected as a hidden field
+  // with the digest that was shown: the server then reports why it was not decided, and never
+  // decides arguments nobody saw.
+
+  var picked = new Set();
+  var focused = null; // the focused row's id and which of its parts, kept across a push
+
+  function picks() {
+    return Array.prototype.slice.call(document.querySelectorAll("#queue input.pick"));
+  }
+
+  function syncPicks() {
+    var boxes = picks();
+    var present = new Set();
+    boxes.forEach(function (box) {
+      present.add(box.value);
+      box.checked = picked.has(box.value);
+    });
+    var gone = [];
+    picked.forEach(function (value) {
+      if (!present.has(value)) gone.push(value);
+    });
+    var holder = document.getElementById("picked-gone");
+    if (holder) {
+      holder.replaceChildren.apply(holder, gone.map(function (value) {
+        var input = document.createElement("input");
+        input.type = "hidden";
+        input.name = "call";
+        input.value = value;
+        return input;
+      }));
+    }
+    var shown = boxes.filter(function (box) { return box.checked; }).length;
+    var all = document.getElementById("pick-all");
+    if (all) {
+      all.checked = shown > 0 && shown === boxes.length;
+      all.indeterminate = shown > 0 && shown < boxes.length;
+      all.disabled = boxes.length === 0 && picked.size === 0;
+    }
+    var count = document.getElementById("picked");
+    if (count) {
+      count.textContent = picked.size
+        ? picked.size + " selected" + (gone.length ? " (" + gone.length + " no longer in the queue)" : "")
+        : "";
+    }
+    document.querySelectorAll("#batch button[name='verb']").forEach(function (button) {
+      button.disabled = picked.size === 0;
+    });
+  }
+
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (!(target instanceof HTMLInputElement)) return;
+    if (target.classList.contains("pick")) {
+      if (target.checked) picked.add(target.value);
+      else picked.delete(target.value);
+      syncPicks();
+    } else if (target.id === "pick-all") {
+      if (target.checked) picks().forEach(function (box) { picked.add(box.value); });
+      else picked.clear();
+      syncPicks();
+    }
+  });
+
+  document.addEventListener("htmx:wsBeforeMessage", function () {
+    var active = document.activeElement;
+    var row = active && active.closest ? active.closest("#queue .row") : null;
+    focused = row ? { id: row.id, pick: active.classList.contains("pick") } : null;
+  });
+
+  function restoreFocus() {
+    if (!focused) return;
+    var row = document.getElementById(focused.id);
+    var part = row && row.querySelector(focused.pick ? "input.pick" : ".row-link");
+    focused = null;
+    if (part && document.activeElement !== part) part.focus({ preventScroll: true });
+  }
+
+  // After a batch: its report is shown and the queue comes with it; start afresh.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var form = event.detail.elt;
+    if (!form || form.id !== "batch" || !event.detail.successful) return;
+    picked.clear();
+    var comment = document.getElementById("batch-comment");
+    if (comment) comment.value = "";
+    syncPicks();
+  });
+
+  function togglePick() {
+    var active = document.activeElement;
+    var row = active && active.closest ? active.closest("#queue .row") : null;
+    var box = row && row.querySelector("input.pick");
+    if (!box) return false;
+    box.checked = !box.checked;
+    box.dispatchEvent(new Event("change", { bubbles: true }));
+    return true;
+  }
+
   // --- Keyboard ------------------------------------------------------------------------------
   // Call page: a / d move the focus to Approve / Deny (Enter then decides, so a stray key never
-  // does), c to the comment. Queue: j / k move between rows. Escape leaves a text field.
+  // does), c to the comment. Queue: j / k move between rows, x selects the focused row.
+  // Escape leaves a text field.
 
   function typing(target) {
     return target instanceof HTMLElement &&
-      (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+      (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName)) &&
+      !(target instanceof HTMLInputElement && target.type === "checkbox");
   }
 
   function focusRow(step) {
@@ -173,6 +353,7 @@
     else if (event.key === "c") target = document.querySelector(".decision textarea");
     else if (event.key === "j") { focusRow(1); event.preventDefault(); return; }
     else if (event.key === "k") { focusRow(-1); event.preventDefault(); return; }
+    else if (event.key === "x") { if (togglePick()) event.preventDefault(); return; }
     if (target) {
       event.preventDefault();
       target.focus();
@@ -181,6 +362,8 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     syncTitle();
+    syncPicks();
+    syncEditors();
     tick();
     window.setInterval(tick, 1000);
   });

@@ -94,6 +94,7 @@ class Command(BaseCommand):
         demo = demo_ensure(
             rules_file=Path(options["rules"]),
             stored_token=demo_state_read(var_dir=var_dir, name=DEMO_TOKEN_FILE),
+            url=url,
         )
         demo_state_write(var_dir=var_dir, name=DEMO_TOKEN_FILE, value=demo.token)
         demo_state_write(var_dir=var_dir, name=DEMO_URL_FILE, value=url)
@@ -116,6 +117,8 @@ class Command(BaseCommand):
                     "",
                     "Create a held call (USD 1,250.00 is over the USD 500.00 per-payment cap):",
                     f"  {curl}",
+                    "  Its notifications print here: the approvers' mail, and a signed webhook "
+                    "the server's demo receiver verifies.",
                     "",
                     "Watch an agent react to your decisions (in another terminal):",
                     "  .venv/bin/python manage.py demo_agent",

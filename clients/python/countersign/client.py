@@ -188,9 +188,11 @@ class Client:
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """A decorator: each call of the function is submitted as ``tool`` with the function's
         arguments by parameter name, and the function runs only if the call is allowed or
-        approved. Otherwise it does not run and a ``NotApproved`` says why: ``Denied`` (with
-        the status and comment), ``TimedOut`` when ``deadline`` seconds pass first (the call
-        is cancelled), or the error that kept the answer away (an unreachable service too).
+        approved (with the approver's edited arguments, by parameter name, when they edited
+        them; an edit the function's parameters cannot take is a ``ValueError``). Otherwise
+        it does not run and a ``NotApproved`` says why: ``Denied`` (with the status and
+        comment), ``TimedOut`` when ``deadline`` seconds pass first (the call is cancelled),
+        or the error that kept the answer away (an unreachable service too).
 
         ``context`` is what the approver reads as the reason for the call: a string, or a
         function given the arguments as submitted (name → value, defaults included) that
@@ -211,7 +213,8 @@ class Client:
                     deadline=deadline,
                 )
                 protocol.raise_unless_go(state)
-                return function(*args, **kwargs)
+                run_args, run_kwargs = protocol.gated_call(signature, args, kwargs, state)
+                return function(*run_args, **run_kwargs)
 
             return gate
 
@@ -428,7 +431,8 @@ class AsyncClient:
                     deadline=deadline,
                 )
                 protocol.raise_unless_go(state)
-                return await function(*args, **kwargs)
+                run_args, run_kwargs = protocol.gated_call(signature, args, kwargs, state)
+                return await function(*run_args, **run_kwargs)
 
             return gate
 

@@ -45,6 +45,9 @@ DECIMAL_NOT_FINITE = (
     "send a finite amount."
 )
 BAD_EDIT = "The approver's edited arguments are not a JSON object: the tool must not run."
+EDIT_DOES_NOT_FIT = (
+    "The approver's edited arguments do not fit the function's parameters: the tool must not run."
+)
 BAD_KEY = "keys must be str, int, float, bool or None, not {kind}"
 BAD_CONTEXT = (
     "gated(context=...) is a string or a function of the call's arguments that returns one; "

@@ -308,6 +308,58 @@ def raise_unless_go(state: CallState) -> CallState:
     return state
 
 
+def gated_call(
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any], state: CallState
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """What a gated function runs with once its call is allowed or approved: its own call,
+    or, when the approver edited the arguments, the edited ones (``edited_call``)."""
+    edited = edited_arguments(state)
+    return (args, kwargs) if edited is None else edited_call(signature, edited)
+
+
+def edited_call(
+    signature: inspect.Signature, edited: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A gated function's call from edited tool arguments, the inverse of
+    ``bound_arguments``: each member to the parameter of its name (positionally while every
+    earlier positional parameter is given), a ``*args`` member's list spread, members no
+    parameter is named for to ``**kwargs``; a parameter the edit leaves out takes its
+    default. An edit the signature cannot take is a ``ValueError``: nothing may run."""
+    rest = dict(edited)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    positional = True
+    for name, parameter in signature.parameters.items():
+        kind = parameter.kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            spread = rest.pop(name, [])
+            if not isinstance(spread, list) or (spread and not positional):
+                raise ValueError(errors.EDIT_DOES_NOT_FIT)
+            args.extend(spread)
+            positional = False
+            continue
+        if name not in rest:
+            positional = False
+            continue
+        value = rest.pop(name)
+        if kind is inspect.Parameter.KEYWORD_ONLY or (
+            not positional and kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ):
+            kwargs[name] = value
+        elif positional:
+            args.append(value)
+        else:  # a positional-only parameter after one the edit left out
+            raise ValueError(errors.EDIT_DOES_NOT_FIT)
+    kwargs.update(rest)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        raise ValueError(errors.EDIT_DOES_NOT_FIT) from None
+    return tuple(args), kwargs
+
+
 def bound_arguments(
     signature: inspect.Signature, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:

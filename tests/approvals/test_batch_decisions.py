@@ -1,0 +1,208 @@
+"""Deciding many calls at once: ``calls_decide`` (each call decided as if alone, one failure
+never stopping the others) and ``POST /calls/decide`` (htmx and the plain form, CSRF)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from approvals.models import Agent, Approval, Call, PermissionRule
+from approvals.services.decisions import (
+    BATCH_MALFORMED,
+    BATCH_NOT_ELIGIBLE,
+    BATCH_NOT_FOUND,
+    DECIDED,
+    Conflict,
+    call_decide,
+    calls_decide,
+)
+from approvals.views import BATCH_BAD_VERB, BATCH_EMPTY
+from tests.factories import call_make, payment, rule_make, user_make
+
+MISSING = "00000000-0000-4000-8000-000000000000"
+
+
+@pytest.fixture
+def held(db: None) -> list[Call]:
+    """Three calls of USD 600.00 to 602.00, each held at the default gate."""
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+    calls = [call_make(agent=agent, arguments=payment(f"60{i}.00")) for i in range(3)]
+    assert {call.status for call in calls} == {"pending"}
+    return calls
+
+
+def field(call: Call) -> str:
+    return f"{call.pk}:{call.arguments_sha256}"
+
+
+def status(call: Call) -> str:
+    return Call.objects.get(pk=call.pk).status
+
+
+def test_each_call_is_decided_and_one_already_denied_is_reported(held: list[Call]) -> None:
+    alice, bob = user_make(username="alice"), user_make(username="bob")
+    first, second, third = held
+    call_decide(
+        call_id=second.pk,
+        user=bob,
+        approve=False,
+        comment="",
+        arguments_sha256=second.arguments_sha256,
+    )
+
+    outcomes = calls_decide(
+        user=alice, approve=True, comment="all three", calls=[field(c) for c in held]
+    )
+
+    assert [(o.call_id, o.status, o.reason) for o in outcomes] == [
+        (first.pk, 200, DECIDED),
+        (second.pk, 409, Conflict.FINAL.value),
+        (third.pk, 200, DECIDED),
+    ]
+    assert [status(c) for c in held] == ["approved", "denied", "approved"]
+    assert Approval.objects.get(call=first, user=alice).comment == "all three"
+    # Scope once: no standing rule comes of a batch.
+    assert not PermissionRule.objects.exists()
+
+
+def test_a_stale_digest_an_unknown_call_and_a_malformed_field_are_reported(
+    held: list[Call],
+) -> None:
+    alice = user_make(username="alice")
+    first, second, _ = held
+    outcomes = calls_decide(
+        user=alice,
+        approve=False,
+        comment="no",
+        calls=[f"{first.pk}:{'0' * 64}", f"{MISSING}:{'0' * 64}", "nonsense", field(second)],
+    )
+    assert [(o.status, o.reason) for o in outcomes] == [
+        (409, Conflict.STALE.value),
+        (404, BATCH_NOT_FOUND),
+        (400, BATCH_MALFORMED),
+        (200, DECIDED),
+    ]
+    assert [status(first), status(second)] == ["pending", "denied"]
+
+
+def test_calls_the_user_may_not_decide_are_refused_one_by_one(held: list[Call]) -> None:
+    first, second, _ = held
+    carol = user_make(username="carol")  # the calls' own principal
+    outcomes = calls_decide(user=carol, approve=True, comment="", calls=[field(first)])
+    assert [(o.status, o.reason) for o in outcomes] == [(403, BATCH_NOT_ELIGIBLE)]
+
+    alice = user_make(username="alice")
+    call_decide(
+        call_id=second.pk,
+        user=alice,
+        approve=True,
+        comment="",
+        arguments_sha256=second.arguments_sha256,
+    )
+    again = calls_decide(user=alice, approve=True, comment="", calls=[field(second), field(first)])
+    assert [(o.status, o.reason) for o in again] == [(409, Conflict.FINAL.value), (200, DECIDED)]
+    assert status(first) == "approved"
+
+
+def test_the_same_call_twice_is_decided_once(held: list[Call]) -> None:
+    alice = user_make(username="alice")
+    outcomes = calls_decide(
+        user=alice, approve=True, comment="", calls=[field(held[0]), field(held[0])]
+    )
+    assert [o.reason for o in outcomes] == [DECIDED]
+    assert Approval.objects.filter(call=held[0]).count() == 1
+
+
+# --- the endpoint ------------------------------------------------------------------------------
+
+
+def logged_in(user: User, *, csrf: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+def test_an_htmx_batch_answers_the_report_and_the_queue(held: list[Call]) -> None:
+    alice, bob = user_make(username="alice"), user_make(username="bob")
+    call_decide(
+        call_id=held[1].pk,
+        user=bob,
+        approve=False,
+        comment="",
+        arguments_sha256=held[1].arguments_sha256,
+    )
+    response = logged_in(alice).post(
+        "/calls/decide",
+        {"verb": "approve", "comment": "ok", "call": [field(c) for c in held]},
+        headers={"HX-Request": "true"},
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<div id="batch-result"')
+    assert "2 approved" in html
+    assert "1 not decided" in html
+    assert f"not decided — {Conflict.FINAL.value}" in html
+    assert 'id="queue"' in html
+    assert 'hx-swap-oob="true"' in html
+    assert [status(c) for c in held] == ["approved", "denied", "approved"]
+
+
+def test_the_plain_form_is_redirected_to_the_queue_which_shows_the_report_once(
+    held: list[Call],
+) -> None:
+    client = logged_in(user_make(username="alice"))
+    response = client.post("/calls/decide", {"verb": "deny", "call": [field(held[0])]})
+    assert response.status_code == 303
+    assert response["Location"] == "/"
+    page = client.get("/").content.decode()
+    assert "1 denied" in page
+    assert re.search(rf'<li class="yes" data-call="{held[0].pk}">', page)
+    assert "1 denied" not in client.get("/").content.decode()
+    assert status(held[0]) == "denied"
+
+
+def test_the_queue_offers_checkboxes_only_on_rows_the_user_may_decide(held: list[Call]) -> None:
+    alice = user_make(username="alice")
+    call_decide(
+        call_id=held[0].pk,
+        user=alice,
+        approve=True,
+        comment="",
+        arguments_sha256=held[0].arguments_sha256,
+    )
+    Call.objects.filter(pk=held[0].pk).update(status="pending")  # still pending, decided by alice
+    page = logged_in(alice).get("/").content.decode()
+    boxes = re.findall(r'<input type="checkbox" class="pick" name="call" value="([^"]+)"', page)
+    assert boxes == [field(held[1]), field(held[2])]
+    assert 'id="batch"' in page
+    assert "Approve selected" in page
+    assert "Deny selected" in page
+    viewer = user_make(username="vera", decide=False, view=True)
+    read_only = logged_in(viewer).get("/").content.decode()
+    assert 'class="pick"' not in read_only
+    assert 'id="batch"' not in read_only
+
+
+def test_csrf_is_enforced(held: list[Call]) -> None:
+    client = logged_in(user_make(username="alice"), csrf=True)
+    response = client.post("/calls/decide", {"verb": "approve", "call": [field(held[0])]})
+    assert response.status_code == 403
+    assert status(held[0]) == "pending"
+
+
+def test_a_bad_verb_or_no_call_is_400_and_a_viewer_is_403(held: list[Call]) -> None:
+    client = logged_in(user_make(username="alice"))
+    bad = client.post("/calls/decide", {"verb": "maybe", "call": [field(held[0])]})
+    assert (bad.status_code, bad.content.decode()) == (400, BATCH_BAD_VERB)
+    empty = client.post("/calls/decide", {"verb": "approve"})
+    assert (empty.status_code, empty.content.decode()) == (400, BATCH_EMPTY)
+    viewer = logged_in(user_make(username="vera", decide=False, view=True))
+    assert (
+        viewer.post("/calls/decide", {"verb": "approve", "call": [field(held[0])]}).status_code
+        == 403
+    )
+    assert status(held[0]) == "pending"

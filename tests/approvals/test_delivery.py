@@ -1,0 +1,345 @@
+"""The delivery loop against real receivers on local ports: claims and leases, retries with
+backoff, order per channel and call, a dead receiver, and two loops at once."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from approvals.delivery import (
+    LEASE,
+    Deliverer,
+    deliver_once,
+    notifications_claim_due,
+)
+from approvals.models import Call, DeliveryAttempt, Notification
+from approvals.services.decisions import call_decide
+from approvals.services.notifications import LONGEST_RETRY_SECONDS
+from tests.factories import user_make
+from tests.live import ROOT, free_port
+from tests.live import _database_url as live_database_url
+from tests.outbox import Event, event_and_call, held, holding_agent, webhook_channel, webhook_of
+from tests.receivers import Received, http_receiver
+from tests.scale.servers import wait_until
+
+pytestmark = pytest.mark.django_db
+
+
+def failing_first(count: int) -> Any:
+    """A receiver's answer: 503 to the first ``count`` requests, then 204."""
+    seen = [0]
+    lock = threading.Lock()
+
+    def answer(_: Received) -> tuple[int, dict[str, str]]:
+        with lock:
+            seen[0] += 1
+            return (503, {}) if seen[0] <= count else (204, {})
+
+    return answer
+
+
+def test_a_message_arrives_signed_exactly_as_committed() -> None:
+    with http_receiver() as receiver:
+        webhook_channel(receiver.url + "/hook")
+        call = held(holding_agent())
+        assert deliver_once(threads=1) == 1
+        [got] = receiver.wait_for(1)
+    message = Notification.objects.get()
+    assert got.body.decode() == message.payload
+    assert got.headers["webhook-id"] == f"msg_{message.pk.hex}"
+    assert webhook_of(got)["data"]["call"]["id"] == str(call.pk)
+    assert message.status == Notification.Status.DELIVERED
+    assert message.attempts == 1
+    assert message.delivered_at is not None
+    attempt = message.delivery_attempts.get()
+    assert attempt.ok
+    assert attempt.status_code == 204
+    assert deliver_once(threads=1) == 0  # delivered once, not again
+
+
+def test_a_failing_receiver_is_retried_with_backoff_until_it_accepts() -> None:
+    with http_receiver() as receiver:
+        receiver.answer = failing_first(3)
+        webhook_channel(receiver.url)
+        held(holding_agent())
+        message = Notification.objects.get()
+        now = timezone.now()
+        due_times = [message.next_attempt_at]
+        for _ in range(4):
+            assert deliver_once(now=now, threads=1) == 1
+            assert deliver_once(now=now, threads=1) == 0  # not due again before its time
+            message.refresh_from_db()
+            due_times.append(message.next_attempt_at)
+            now = message.next_attempt_at + timedelta(milliseconds=1)
+        got = receiver.wait_for(4)
+    assert len(got) == 4
+    assert len({g.headers["webhook-id"] for g in got}) == 1  # stable across retries
+    assert message.status == Notification.Status.DELIVERED
+    assert message.attempts == 4
+    attempts = list(message.delivery_attempts.order_by("at"))
+    assert [(a.ok, a.status_code) for a in attempts] == [(False, 503)] * 3 + [(True, 204)]
+    assert all("503" in a.error for a in attempts[:3])
+    gaps = [(due_times[i + 1] - attempts[i].at).total_seconds() for i in range(3)]
+    # First retry within 10 s, then doubling with ±20 % jitter.
+    assert 0 < gaps[0] <= 10
+    assert 0.8 * 10 <= gaps[1] <= 1.2 * 10
+    assert 0.8 * 20 <= gaps[2] <= 1.2 * 20
+
+
+def test_retries_end_in_failed_after_the_retry_hours(settings: Any) -> None:
+    settings.COUNTERSIGN_NOTIFY_RETRY_HOURS = 24
+    with http_receiver() as receiver:
+        receiver.answer = lambda _: (500, {})
+        webhook_channel(receiver.url)
+        held(holding_agent())
+        message = Notification.objects.get()
+        now = message.created_at
+        while message.status == Notification.Status.PENDING:
+            deliver_once(now=now, threads=1)
+            message.refresh_from_db()
+            gap = (message.next_attempt_at - now).total_seconds()
+            assert gap <= LONGEST_RETRY_SECONDS + 1  # at most an hour apart
+            now = message.next_attempt_at
+    assert message.status == Notification.Status.FAILED
+    assert now - message.created_at <= timedelta(hours=25)
+    assert message.delivery_attempts.count() == message.attempts
+    assert 20 < message.attempts < 40
+
+
+def test_a_later_message_of_a_call_waits_for_the_earlier() -> None:
+    with http_receiver() as receiver:
+        receiver.answer = failing_first(1)
+        webhook_channel(receiver.url)
+        agent = holding_agent()
+        call = held(agent)
+        approver = user_make(username="alice")
+        call_decide(
+            call_id=call.pk,
+            user=approver,
+            approve=True,
+            comment="",
+            arguments_sha256=call.arguments_sha256,
+        )
+        other = held(agent)  # another call's message is not held back
+        now = timezone.now() + timedelta(seconds=1)
+        deliver_once(now=now, threads=1)
+        deliver_once(now=now, threads=1)
+        first = [event_and_call(g) for g in receiver.wait_for(2)]
+        assert (Event.DECIDED, str(call.pk)) not in first
+        assert (Event.HELD, str(other.pk)) in first
+        deliver_once(now=now + timedelta(seconds=15), threads=1)
+        deliver_once(now=now + timedelta(seconds=15), threads=1)
+        got = [event_and_call(g) for g in receiver.wait_for(4)]
+    of_call = [event for event, call_id in got if call_id == str(call.pk)]
+    assert of_call == [Event.HELD, Event.HELD, Event.DECIDED]  # failed, retried, then the next
+
+
+def test_a_lease_is_kept_and_a_stale_one_taken_over() -> None:
+    with http_receiver() as receiver:
+        webhook_channel(receiver.url)
+        held(holding_agent())
+        now = timezone.now()
+        [(claimed, _)] = notifications_claim_due(limit=4, now=now)  # a loop that then dies
+        assert deliver_once(now=now + LEASE - timedelta(seconds=1), threads=1) == 0
+        assert deliver_once(now=now + LEASE + timedelta(seconds=1), threads=1) == 1
+        [got] = receiver.wait_for(1)
+    assert got.headers["webhook-id"] == f"msg_{claimed.hex}"
+    assert Notification.objects.get().status == Notification.Status.DELIVERED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_loops_never_send_one_message_twice_at_once() -> None:
+    in_flight: Counter[str] = Counter()
+    overlapping: list[str] = []
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def answer(got: Received) -> tuple[int, dict[str, str]]:
+        key = got.headers["webhook-id"]
+        with lock:
+            in_flight[key] += 1
+            if in_flight[key] > 1:
+                overlapping.append(key)
+        release.wait(0.02)  # long enough for the other loop to try the same message
+        with lock:
+            in_flight[key] -= 1
+        return 204, {}
+
+    with http_receiver() as receiver:
+        receiver.answer = answer
+        for n in range(3):
+            webhook_channel(f"{receiver.url}/channel-{n}")
+        agent = holding_agent()
+        for _ in range(8):
+            held(agent)
+        total = Notification.objects.count()
+        assert total == 24
+
+        def loop() -> None:
+            try:
+                while Notification.objects.filter(status=Notification.Status.PENDING).exists():
+                    deliver_once(threads=2)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=loop) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        got = receiver.wait_for(total)
+    assert overlapping == []
+    ids = Counter(g.headers["webhook-id"] for g in got)
+    assert set(ids) == {f"msg_{pk.hex}" for pk in Notification.objects.values_list("pk", flat=True)}
+    assert set(ids.values()) == {1}
+    assert not Notification.objects.exclude(status=Notification.Status.DELIVERED).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_receiver_delays_no_other_channel(settings: Any) -> None:
+    """One channel's receiver never answers, another's port refuses connections: the loop
+    still sends a third channel's messages, each as soon as it is written."""
+    settings.COUNTERSIGN_NOTIFY_THREADS = 2
+    settings.COUNTERSIGN_NOTIFY_TIMEOUT = 20
+    hang = threading.Event()
+    stopped = threading.Event()
+    with http_receiver(hang=hang) as dead, http_receiver() as alive:
+        webhook_channel(dead.url + "/never-answers")
+        webhook_channel(f"http://127.0.0.1:{free_port()}/refused")
+        good = webhook_channel(alive.url)
+        agent = holding_agent()
+        holder: dict[str, Deliverer] = {}
+
+        def run_loop() -> None:
+            async def main() -> None:
+                deliverer = holder["loop"] = Deliverer(asyncio.get_running_loop())
+                task = asyncio.ensure_future(deliverer.run())
+                while not stopped.is_set():
+                    await asyncio.sleep(0.05)
+                deliverer.stopping = True
+                deliverer.wake.set()
+                await task
+
+            asyncio.run(main())
+
+        thread = threading.Thread(target=run_loop)
+        thread.start()
+        try:
+            first = held(agent)
+            wait_until(lambda: len(dead.requests) >= 1, 10, "the dead receiver's first request")
+            second, third = held(agent), held(agent)
+            for n, call in enumerate((first, second, third), 1):
+                holder["loop"].poke()
+                got = alive.wait_for(n)
+                assert str(call.pk) in [event_and_call(g)[1] for g in got]
+            assert not hang.is_set()
+            assert len(dead.requests) == 1  # still that one request, unanswered
+            assert not DeliveryAttempt.objects.filter(
+                notification__channel__target__endswith="/never-answers"
+            ).exists()
+            wait_until(
+                lambda: (
+                    DeliveryAttempt.objects.filter(notification__channel=good, ok=True).count() == 3
+                ),
+                10,
+                "the live channel's three attempts kept",
+            )
+            assert not hang.is_set()
+        finally:
+            hang.set()
+            stopped.set()
+            thread.join(30)
+            holder["loop"].pool.shutdown(wait=True)
+    refused = DeliveryAttempt.objects.filter(notification__channel__target__endswith="/refused")
+    assert refused.exists()
+    assert not refused.filter(ok=True).exists()
+
+
+def test_the_claim_takes_one_message_per_channel_and_skips_busy_channels() -> None:
+    with http_receiver() as receiver:
+        first, second = webhook_channel(receiver.url + "/1"), webhook_channel(receiver.url + "/2")
+        agent = holding_agent()
+        for _ in range(3):
+            held(agent)
+        now = timezone.now()
+        claimed = notifications_claim_due(limit=4, now=now, busy=frozenset({first.pk}))
+        assert [channel for _, channel in claimed] == [second.pk]
+        more = notifications_claim_due(limit=4, now=now)
+        assert sorted(channel for _, channel in more) == [first.pk, second.pk]
+        assert claimed[0] not in more  # leased: not claimed twice
+    assert Call.objects.count() == 3
+
+
+def test_metrics_count_attempts_and_show_the_pending(settings: Any) -> None:
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    attempts = "countersign_notification_attempts_total"
+    before = {result: sample(attempts, result=result) for result in ("delivered", "failed")}
+    with http_receiver() as receiver:
+        receiver.answer = failing_first(1)
+        webhook_channel(receiver.url)
+        held(holding_agent())
+        assert sample("countersign_notifications_pending") == 1
+        now = timezone.now()
+        deliver_once(now=now, threads=1)
+        deliver_once(now=now + timedelta(seconds=15), threads=1)
+    assert sample(attempts, result="failed") == before["failed"] + 1
+    assert sample(attempts, result="delivered") == before["delivered"] + 1
+    assert sample("countersign_notifications_pending") == 0
+
+
+def test_deliver_notifications_once_sends_what_is_due(settings: Any) -> None:
+    settings.COUNTERSIGN_NOTIFY_THREADS = 1  # in this thread, on the test's connection
+    with http_receiver() as receiver:
+        webhook_channel(receiver.url)
+        held(holding_agent())
+        out = io.StringIO()
+        call_command("deliver_notifications", "--once", stdout=out)
+        assert out.getvalue() == "1 attempted\n"
+        assert len(receiver.wait_for(1)) == 1
+    assert Notification.objects.get().status == Notification.Status.DELIVERED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deliver_notifications_runs_alone_until_sigterm() -> None:
+    with http_receiver() as receiver:
+        webhook_channel(receiver.url)
+        agent = holding_agent()
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "deliver_notifications"],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": live_database_url()},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline() == b"delivering notifications\n"
+            call = held(agent)  # another process's message: found by the loop's look
+            [got] = receiver.wait_for(1)
+            assert event_and_call(got) == (Event.HELD, str(call.pk))
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=15) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    wait_until(
+        lambda: Notification.objects.get().status == Notification.Status.DELIVERED, 5, "delivered"
+    )
