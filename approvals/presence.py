@@ -224,8 +224,12 @@ class RedisPresence(_Backend):
         # What the pages were last told; from nothing, so the first beat tells of every
         # waiter (one more render of pages that have just read it all).
         told: set[str] = set()
+        task = asyncio.current_task()
         try:
-            while True:
+            # Not ``while True``: redis-py can swallow a cancel that arrives during a command
+            # (it disconnects and goes on), and a task that never ends keeps its event loop
+            # from closing. A cancel still pending is seen here.
+            while task is None or not task.cancelling():
                 try:
                     await asyncio.wait_for(wake.wait(), timeout=self.heartbeat)
                     await asyncio.sleep(0.05)  # the changes of the same moment, together

@@ -209,3 +209,26 @@ def test_redis_a_killed_workers_waiters_vanish_with_its_heartbeat(
             restore()
 
     asyncio.run(run())
+
+
+def test_redis_the_heartbeat_task_ends_when_cancelled_mid_command(
+    redis_workers: tuple[RedisPresence, RedisPresence],
+) -> None:
+    """redis-py may swallow a cancel that lands during a command; the task must end all the
+    same, or the event loop it runs on can never close (a server's shutdown, a test's)."""
+    a, _ = redis_workers
+    a.heartbeat = 0.0  # beat continuously: every cancel lands in or near a command
+
+    async def cancelled_once(delay: float) -> bool:
+        a.watch()
+        task = a._task
+        assert task is not None
+        await asyncio.sleep(delay)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=3)
+        return bool(done)
+
+    async def run() -> list[bool]:
+        return [await cancelled_once(i / 4000) for i in range(40)]
+
+    assert all(asyncio.run(run()))
