@@ -199,6 +199,11 @@ def ensure_delivery_started() -> Deliverer:
         return deliverer  # every request asks: no lock once it runs
     with _lock:
         if _task is None or _task.done() or _task.get_loop() is not loop or _deliverer is None:
+            if _deliverer is not None:
+                # A loop of an event loop that has gone (each test has its own): its idle
+                # threads would otherwise stay for the rest of the process.
+                _deliverer.pool.shutdown(wait=False)
+                _deliverer.control.shutdown(wait=False)
             _deliverer = Deliverer(loop)
             _task = _deliverer.task = loop.create_task(_deliverer.run())
         return _deliverer

@@ -80,13 +80,6 @@ class World:
         }
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings: Any) -> None:
-    """The people here only log in with ``force_login``: hashing their passwords with PBKDF2
-    would be most of this module's time."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world(db: None) -> World:
     agent, _ = agent_with_token(token=TOKEN)

@@ -201,8 +201,7 @@ def parts(message: EmailMessage) -> tuple[str, str]:
     return text.get_content(), html.get_content()
 
 
-def approvers_world(call: Call, settings: Any) -> dict[str, User]:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast here
+def approvers_world(call: Call) -> dict[str, User]:
     finance = Group.objects.create(name="finance")
     gate_make(name="finance", group=finance)
     people = {
@@ -222,9 +221,9 @@ def approvers_world(call: Call, settings: Any) -> dict[str, User]:
     return people
 
 
-def test_mail_goes_to_the_eligible_approvers_with_both_parts(smtp: Any, settings: Any) -> None:
+def test_mail_goes_to_the_eligible_approvers_with_both_parts(smtp: Any) -> None:
     call = held_call()
-    people = approvers_world(call, settings)
+    people = approvers_world(call)
     result = send(channel=channel(Kind.EMAIL, "approvers"), notification=notification_of(call))
     assert result.ok, result
     # One mail each, so approvers do not see each other's addresses.
