@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 import capcore
-from approvals.models import Approval, AuditEntry, Call, PermissionRule
+from approvals.models import Approval, AuditEntry, Call, Ledger, PermissionRule
 from approvals.notify import notify_call
 from approvals.queries import sql
 from approvals.queries.approvals import approvals_with_users
@@ -150,6 +150,41 @@ def _allow_tool(call: Call, scope: str, user: User, now: datetime) -> AuditEntry
     )
 
 
+def _approval_add(
+    *, call: Call, user: User, approve: bool, comment: str, scope: str, now: datetime
+) -> Approval:
+    """One user's decision on the call's current version."""
+    approval = Approval(
+        call=call,
+        user=user,
+        approve=approve,
+        comment=comment,
+        scope=scope,
+        created_at=now,
+        arguments_sha256=call.arguments_sha256,
+    )
+    sql.insert([approval])
+    return approval
+
+
+def _call_approve(
+    *,
+    call: Call,
+    records: Sequence[capcore.LedgerRecord],
+    ledgers: dict[capcore.LedgerKey, Ledger],
+    user: User,
+    comment: str,
+    scope: str,
+    now: datetime,
+) -> list[AuditEntry]:
+    """The quorum met: the amounts in the ledgers, the standing rule an ``always`` scope
+    asks for, and the call approved; the audit entries still to write."""
+    ledger_record(call=call, records=records, ledgers=ledgers, now=now)
+    entries = [] if scope == Approval.Scope.ONCE else [_allow_tool(call, scope, user, now)]
+    call_end(call=call, status=Call.Status.APPROVED, comment=comment, now=now, user=user)
+    return entries
+
+
 @write_transaction()
 def call_decide(
     *,
@@ -204,17 +239,9 @@ def call_decide(
         return _edit_and_approve(
             call=call, user=user, arguments=edit, comment=comment, scope=scope, clock=clock
         )
-    approval = Approval(
-        call=call,
-        user=user,
-        approve=approve,
-        comment=comment,
-        scope=scope,
-        created_at=now,
-        arguments_sha256=call.arguments_sha256,
+    approvals.append(
+        _approval_add(call=call, user=user, approve=approve, comment=comment, scope=scope, now=now)
     )
-    sql.insert([approval])
-    approvals.append(approval)
     entries: list[AuditEntry] = []
     if not approve:
         call_end(
@@ -226,11 +253,16 @@ def call_decide(
         )
     elif sum(approval.approve for approval in approvals) >= _required_approvals(call):
         records = records_from_json(call.pending_records)
-        keys = tuple(sorted(record.ledger for record in records))
-        ledger_record(call=call, records=records, ledgers=ledger_lock(keys), now=now)
-        if scope != Approval.Scope.ONCE:
-            entries.append(_allow_tool(call, scope, user, now))
-        call_end(call=call, status=Call.Status.APPROVED, comment=comment, now=now, user=user)
+        ledgers = ledger_lock(tuple(sorted(record.ledger for record in records)))
+        entries += _call_approve(
+            call=call,
+            records=records,
+            ledgers=ledgers,
+            user=user,
+            comment=comment,
+            scope=scope,
+            now=now,
+        )
     else:
         call.updated_at = now
         sql.update(call, "updated_at")
@@ -292,16 +324,9 @@ def _edit_and_approve(
         "updated_at",
     )
     Approval.objects.filter(call=call, voided_at__isnull=True).update(voided_at=now)
-    approval = Approval(
-        call=call,
-        user=user,
-        approve=True,
-        comment=comment,
-        scope=scope,
-        created_at=now,
-        arguments_sha256=call.arguments_sha256,
+    approval = _approval_add(
+        call=call, user=user, approve=True, comment=comment, scope=scope, now=now
     )
-    sql.insert([approval])
     entries = [
         audit_entry(
             action=AuditEntry.Action.CALL_EDITED,
@@ -322,10 +347,15 @@ def _edit_and_approve(
         )
     ]
     if verdict.status is capcore.Status.ALLOWED or _required_approvals(call) <= 1:
-        ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
-        if scope != Approval.Scope.ONCE:
-            entries.append(_allow_tool(call, scope, user, now))
-        call_end(call=call, status=Call.Status.APPROVED, comment=comment, now=now, user=user)
+        entries += _call_approve(
+            call=call,
+            records=evaluation.records,
+            ledgers=ledgers,
+            user=user,
+            comment=comment,
+            scope=scope,
+            now=now,
+        )
     entries.append(
         audit_entry(
             action=AuditEntry.Action.CALL_APPROVED, obj=call, user=user, after=comment, at=now
