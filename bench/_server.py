@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,15 @@ import psycopg
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
+# The start of every benchmark's setup script (run by ``manage.py shell -c``): the agent
+# ``bench``, whose token is ``cs_bench``, in a mode that lets the rules decide.
+AGENT_SETUP = """
+import hashlib
+from approvals.models import Agent, AgentToken
+agent = Agent.objects.create(name="bench", principal="bench-user", mode="danger_full_access")
+digest = hashlib.sha256(b"cs_bench").hexdigest()
+AgentToken.objects.create(agent=agent, digest=digest, prefix="cs_bench")
+"""
 
 
 def free_port() -> int:
@@ -132,3 +142,8 @@ def cpu_seconds(pid: int) -> float:
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds."""
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}

@@ -33,18 +33,17 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import BenchServer, database, manage, percentile, server
+from _server import AGENT_SETUP, BenchServer, database, manage, percentile, server
 
 ARGUMENTS = '{"amount": "600.00"}'
-SETUP = """
-import hashlib, uuid
+SETUP = (
+    AGENT_SETUP
+    + """
+import uuid
 from datetime import timedelta
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
-from approvals.models import Agent, AgentToken, Call
-agent = Agent.objects.create(name="bench", principal="bench-user", mode="danger_full_access")
-digest = hashlib.sha256(b"cs_bench").hexdigest()
-AgentToken.objects.create(agent=agent, digest=digest, prefix="cs_bench")
+from approvals.models import Call
 user = User.objects.create_user("approver", password="bench-pw")
 user.user_permissions.add(Permission.objects.get(codename="decide_call"))
 now = timezone.now()
@@ -58,6 +57,7 @@ Call.objects.bulk_create(
 )
 print(",".join(str(pk) for pk in Call.objects.values_list("pk", flat=True)))
 """
+)
 APPROVER_CONNECTIONS = 32  # a bulk approval's requests in flight at once
 DELIVERY_TIMEOUT = 120  # seconds without progress before the bench gives up
 CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import re
-import statistics
 import sys
 import time
 import uuid
@@ -27,17 +26,24 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import BenchServer, cpu_seconds, database, manage, percentile, server
+from _server import (
+    AGENT_SETUP,
+    BenchServer,
+    cpu_seconds,
+    database,
+    manage,
+    median_round,
+    percentile,
+    server,
+)
 
-SETUP = """
-import hashlib
+SETUP = (
+    AGENT_SETUP
+    + """
 from django.contrib.auth.models import User
-from approvals.models import Agent, AgentToken
-agent = Agent.objects.create(name="bench", principal="bench-user", mode="danger_full_access")
-digest = hashlib.sha256(b"cs_bench").hexdigest()
-AgentToken.objects.create(agent=agent, digest=digest, prefix="cs_bench")
 User.objects.create_user("approver", password="bench-pw")
 """
+)
 BODY = json.dumps({"tool": "read_file", "arguments": '{"path": "notes.txt"}'}).encode()
 HEADERS = {"Authorization": "Bearer cs_bench", "Content-Type": "application/json"}
 CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
@@ -121,10 +127,6 @@ async def _round(
     return figures
 
 
-def _median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
-    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -153,7 +155,7 @@ def main() -> None:
                             )
                         )
                     )
-    quiet_median, guessed_median = _median_round(quiet), _median_round(guessed)
+    quiet_median, guessed_median = median_round(quiet), median_round(guessed)
     result = {
         "benchmark": "login",
         "database": "postgresql" if options.database_url else "sqlite",

@@ -27,19 +27,13 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from countersign import AsyncClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import database, manage, server
+from _server import AGENT_SETUP, database, manage, server
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "tests" / "countersign" / "mcp_upstream.py"
 ARGUMENTS = {"account": "ACME"}
 TOKEN = "cs_bench"
-SETUP = """
-import hashlib
-from approvals.models import Agent, AgentToken
-agent = Agent.objects.create(name="bench", principal="bench-user", mode="danger_full_access")
-digest = hashlib.sha256(b"cs_bench").hexdigest()
-AgentToken.objects.create(agent=agent, digest=digest, prefix="cs_bench")
-"""
+SETUP = AGENT_SETUP
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:

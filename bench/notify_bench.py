@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import threading
 import time
@@ -43,17 +42,24 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import BenchServer, cpu_seconds, database, manage, percentile, server
+from _server import (
+    AGENT_SETUP,
+    BenchServer,
+    cpu_seconds,
+    database,
+    manage,
+    median_round,
+    percentile,
+    server,
+)
 
-SETUP = """
-import hashlib
-from approvals.models import Agent, AgentToken
+SETUP = (
+    AGENT_SETUP
+    + """
 from approvals.services.rules import cap_rule_save
-agent = Agent.objects.create(name="bench", principal="bench-user", mode="danger_full_access")
-digest = hashlib.sha256(b"cs_bench").hexdigest()
-AgentToken.objects.create(agent=agent, digest=digest, prefix="cs_bench")
 cap_rule_save(line="hold-all: pay arg=amount max USD 1.00 -> gate")
 """
+)
 BODY = json.dumps({"tool": "pay", "arguments": '{"amount": "600.00", "payee": "ada"}'}).encode()
 HEADERS = {"Authorization": "Bearer cs_bench", "Content-Type": "application/json"}
 WARM_UP = 20
@@ -177,10 +183,6 @@ def _phase(
     }
 
 
-def _median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
-    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -214,7 +216,7 @@ def main() -> None:
             hook_rounds.append(_phase(hooked, arrivals, options.clients, options.submissions))
         latency = _hold_to_webhook(hooked, arrivals, options.holds)
     receiver.shutdown()
-    none_median, hook_median = _median_round(none_rounds), _median_round(hook_rounds)
+    none_median, hook_median = median_round(none_rounds), median_round(hook_rounds)
     result = {
         "benchmark": "notify",
         "database": "postgresql" if options.database_url else "sqlite",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,20 +20,27 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import BenchServer, cpu_seconds, database, manage, percentile, server
+from _server import (
+    AGENT_SETUP,
+    BenchServer,
+    cpu_seconds,
+    database,
+    manage,
+    median_round,
+    percentile,
+    server,
+)
 
-SETUP = """
-import hashlib
-from approvals.models import Agent, AgentToken
+SETUP = (
+    AGENT_SETUP
+    + """
 from approvals.services.rules import cap_rule_save
-agent = Agent.objects.create(name="bench", principal="bench-user", mode="danger_full_access")
-digest = hashlib.sha256(b"cs_bench").hexdigest()
-AgentToken.objects.create(agent=agent, digest=digest, prefix="cs_bench")
 cap_rule_save(line="per-payment: pay arg=amount max USD 100000.00 -> gate")
 cap_rule_save(line="daily: pay arg=amount sum USD 90000000000.00 per day by principal -> gate")
 for i in range(8):
     cap_rule_save(line=f"other-{i}: tool_{i} arg=amount max USD {i + 1}00.00 -> gate")
 """
+)
 BODY = json.dumps({"tool": "pay", "arguments": '{"amount": "12.50", "payee": "ada"}'}).encode()
 
 
@@ -73,10 +79,6 @@ async def _load(target: BenchServer, path: str, clients: int, seconds: float) ->
     }
 
 
-def _median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
-    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -98,7 +100,7 @@ def main() -> None:
                 submit.append(
                     asyncio.run(_load(target, "/api/v1/calls", options.clients, options.seconds))
                 )
-    bare_median, submit_median = _median_round(bare), _median_round(submit)
+    bare_median, submit_median = median_round(bare), median_round(submit)
     result = {
         "benchmark": "submit",
         "database": "postgresql" if options.database_url else "sqlite",
