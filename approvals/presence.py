@@ -39,6 +39,7 @@ import redis.asyncio
 from django.conf import settings
 
 from approvals.models import Call
+from config.runtime.redis_layer import CancellableConnection
 
 logger = logging.getLogger(__name__)
 
@@ -219,16 +220,19 @@ class RedisPresence(_Backend):
 
     async def _run(self, wake: asyncio.Event) -> None:
         client = redis.asyncio.Redis.from_url(
-            self.url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT
+            self.url,
+            socket_timeout=REDIS_TIMEOUT,
+            socket_connect_timeout=REDIS_TIMEOUT,
+            connection_class=CancellableConnection,
         )
         # What the pages were last told; from nothing, so the first beat tells of every
         # waiter (one more render of pages that have just read it all).
         told: set[str] = set()
         task = asyncio.current_task()
         try:
-            # Not ``while True``: redis-py can swallow a cancel that arrives during a command
-            # (it disconnects and goes on), and a task that never ends keeps its event loop
-            # from closing. A cancel still pending is seen here.
+            # Not ``while True``: a cancel lost inside a library (CancellableConnection says
+            # how redis-py lost one) would keep this task, and its event loop, for good. A
+            # cancel still pending is seen here.
             while task is None or not task.cancelling():
                 try:
                     await asyncio.wait_for(wake.wait(), timeout=self.heartbeat)

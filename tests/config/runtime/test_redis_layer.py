@@ -91,3 +91,46 @@ async def test_a_receive_idle_past_the_blocking_pops_timeout_still_gets_its_mess
     finally:
         await layer.flush()
         await layer.close_pools()
+
+
+async def _lingering_receives(layer: RedisChannelLayer, *, first: bool) -> int:
+    """Receives cancelled at every moment of their first few event-loop turns (the turn
+    their ``BZPOPMIN`` is sent in among them): how many were still running 0.5 s later
+    (``first``: stop at the first)."""
+    lingering = 0
+    layer.brpop_timeout = 1  # each pop's own timeout, so that a lingering one is stopped soon
+    channel = await layer.new_channel()
+    for turns in range(40):
+        receive = asyncio.ensure_future(layer.receive(channel))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        receive.cancel()
+        done, _ = await asyncio.wait([receive], timeout=0.5)
+        if not done:
+            lingering += 1
+            # Its pop returns within the pop's timeout and pops again: stop it for good.
+            receive.cancel()
+            await asyncio.wait([receive], timeout=5)
+            if first:
+                break
+    return lingering
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_receive_ends_at_once_whenever_the_cancel_comes() -> None:
+    """A closed socket's consumer cancels its receive. redis-py lost a cancel that came as a
+    command was sent (Python 3.11's ``wait_for``), and the receive went on popping for good:
+    the stock layer shows it, the settings' layer does not."""
+    config = redis_channel_layer(REDIS_URL)["CONFIG"]
+    outcomes = {}
+    for layer_class in (RedisChannelLayer, WaitingRedisChannelLayer):
+        layer = layer_class(**config)
+        try:
+            outcomes[layer_class] = await _lingering_receives(
+                layer, first=layer_class is RedisChannelLayer
+            )
+        finally:
+            await layer.flush()
+            await layer.close_pools()
+    assert outcomes[WaitingRedisChannelLayer] == 0
+    assert outcomes[RedisChannelLayer] > 0  # the loss this layer is there for
