@@ -93,6 +93,8 @@ class Arrivals:
 
 def _receiver(arrivals: Arrivals) -> ThreadingHTTPServer:
     class Receiver(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # connections kept alive, as a real receiver's are
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["content-length"]))
             moment = time.perf_counter()

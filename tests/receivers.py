@@ -25,6 +25,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    # The sender's end of the connection: requests over one kept-alive connection share it.
+    client_port: int = 0
 
 
 @dataclass
@@ -49,6 +51,8 @@ def http_receiver(*, hang: threading.Event | None = None) -> Iterator[HttpReceiv
     receiver = HttpReceiver(url=f"http://127.0.0.1:{port}")
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # connections kept alive, as a real receiver's are
+
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             got = Received(
@@ -56,6 +60,7 @@ def http_receiver(*, hang: threading.Event | None = None) -> Iterator[HttpReceiv
                 self.path,
                 {key.lower(): value for key, value in self.headers.items()},
                 self.rfile.read(length),
+                self.client_address[1],
             )
             with receiver.arrived:
                 receiver.requests.append(got)

@@ -41,6 +41,9 @@ AND NOT EXISTS (
 _NOT_BUSY = sql.statement(" AND n.{N.channel} NOT IN ", N=Notification)
 _ORDER = sql.statement(" ORDER BY n.{N.next_attempt_at} LIMIT %s", N=Notification)
 _LEASE = sql.statement("UPDATE {N} SET {N.lease_until} = %s WHERE {N.id} IN ", N=Notification)
+_UNLEASE = sql.statement(
+    "UPDATE {N} SET {N.lease_until} = NULL WHERE {N.status} = %s AND {N.id} IN ", N=Notification
+)
 _END = sql.statement(
     """
 UPDATE {N} SET {N.status} = %s, {N.attempts} = %s, {N.next_attempt_at} = %s,
@@ -69,33 +72,46 @@ def notifications_due_any(*, now: datetime) -> bool:
 
 
 def notifications_claim(
-    *, now: datetime, lease_until: datetime, limit: int, busy: Collection[int] = ()
-) -> list[tuple[uuid.UUID, int]]:
-    """Lease up to ``limit`` due messages, at most one per channel and none of the ``busy``
-    channels, the longest due first; their ids and channels. Run it in a write
-    transaction."""
+    *,
+    now: datetime,
+    lease_until: datetime,
+    channels: int,
+    run: int,
+    busy: Collection[int] = (),
+) -> list[tuple[int, list[uuid.UUID]]]:
+    """Lease the due messages of up to ``channels`` channels, none of them ``busy``, up to
+    ``run`` of each: each channel with its messages' ids, the longest due first. Run it in a
+    write transaction."""
     params: list[object] = [PENDING, _at(now), _at(now), PENDING]
     text = _DUE
     if busy:
         text += _NOT_BUSY + _marks(len(busy))
         params.extend(busy)
     text += _ORDER
-    # Several per channel are read, and one of each taken: a channel with many due
-    # messages does not keep the others waiting.
-    params.append(limit * 8)
+    params.append(channels * run)
     if connection.features.has_select_for_update_skip_locked:
         text += " FOR UPDATE OF n SKIP LOCKED"
     of = sql.fields(Notification, "id", "channel")
-    taken: dict[int, uuid.UUID] = {}
+    taken: dict[int, list[uuid.UUID]] = {}
     for notification_id, channel_id in sql.fetch(text, params, of):
-        if channel_id not in taken:
-            taken[channel_id] = notification_id
-            if len(taken) >= limit:
-                break
-    if taken:
-        ids = [_key(notification_id) for notification_id in taken.values()]
-        sql.execute(_LEASE + _marks(len(ids)), [_at(lease_until), *ids])
-    return [(notification_id, channel_id) for channel_id, notification_id in taken.items()]
+        ids = taken.get(channel_id)
+        if ids is None:
+            if len(taken) >= channels:
+                continue  # a later row may still add to a channel already taken
+            ids = taken[channel_id] = []
+        if len(ids) < run:
+            ids.append(notification_id)
+    leased = [_key(notification_id) for ids in taken.values() for notification_id in ids]
+    if leased:
+        sql.execute(_LEASE + _marks(len(leased)), [_at(lease_until), *leased])
+    return list(taken.items())
+
+
+def notification_leases_end(notification_ids: Collection[uuid.UUID]) -> None:
+    """Let go of claimed messages without an attempt (the rest of a run that stopped): due
+    again at once for any loop."""
+    keys = [_key(notification_id) for notification_id in notification_ids]
+    sql.execute(_UNLEASE + _marks(len(keys)), [PENDING, *keys])
 
 
 def notification_attempt_end(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import ssl
 from datetime import UTC, datetime
@@ -62,7 +63,16 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def webhook_send(*, channel: NotificationChannel, notification: Notification) -> SendResult:
+def webhook_client() -> httpx.Client:
+    """A client as every webhook is sent with: the notifications' timeout, no redirects."""
+    return httpx.Client(
+        timeout=settings.COUNTERSIGN_NOTIFY_TIMEOUT, follow_redirects=False, verify=_tls()
+    )
+
+
+def webhook_send(
+    *, channel: NotificationChannel, notification: Notification, http: httpx.Client | None = None
+) -> SendResult:
     if not channel.target.startswith(("http://", "https://")):
         return SendResult(ok=False, error=NOT_HTTP)
     if not secret_valid(channel.secret):
@@ -73,9 +83,8 @@ def webhook_send(*, channel: NotificationChannel, notification: Notification) ->
     )
     headers |= {"content-type": "application/json", "user-agent": USER_AGENT}
     try:
-        with httpx.Client(
-            timeout=settings.COUNTERSIGN_NOTIFY_TIMEOUT, follow_redirects=False, verify=_tls()
-        ) as client:
+        with contextlib.ExitStack() as own:
+            client = http or own.enter_context(webhook_client())
             response = client.post(channel.target, content=body.encode(), headers=headers)
     except httpx.HTTPError as exc:
         message = str(exc)

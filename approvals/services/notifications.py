@@ -14,6 +14,7 @@ import base64
 import json
 import random
 import secrets
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,7 +40,7 @@ from approvals.models import (
 )
 from approvals.queries import sql
 from approvals.queries.calls import call_read_locked
-from approvals.queries.notifications import notification_attempt_end
+from approvals.queries.notifications import notification_attempt_end, notification_leases_end
 from approvals.queries.policy_stamps import policy_stamp_read
 from approvals.selectors.calls import call_state
 from approvals.senders.webhook import secret_valid
@@ -252,43 +253,66 @@ class AttemptOutcome:
     duration_ms: int
 
 
-def notification_attempt_record(
-    *, notification: Notification, outcome: AttemptOutcome, at: datetime, now: datetime
-) -> str:
-    """Keep one attempt, begun at ``at`` and over at ``now``, and what it makes of the
-    message: delivered, tried again later, or failed for good once
-    ``COUNTERSIGN_NOTIFY_RETRY_HOURS`` have passed since it was written. Returns the status."""
-    attempts = notification.attempts + 1
-    if outcome.ok:
-        status, next_at = Notification.Status.DELIVERED, notification.next_attempt_at
-    else:
-        next_at = now + retry_delay(attempts)
-        give_up = notification.created_at + timedelta(hours=settings.COUNTERSIGN_NOTIFY_RETRY_HOURS)
-        status = Notification.Status.FAILED if next_at > give_up else Notification.Status.PENDING
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt at one message, begun at ``at`` and over at ``ended``."""
+
+    notification: Notification
+    outcome: AttemptOutcome
+    at: datetime
+    ended: datetime
+
+
+def notification_attempts_record(
+    *, attempts: Sequence[Attempt], unattempted: Sequence[uuid.UUID] = ()
+) -> list[str]:
+    """Keep these attempts, in one transaction, and what each makes of its message:
+    delivered, tried again later, or failed for good once ``COUNTERSIGN_NOTIFY_RETRY_HOURS``
+    have passed since it was written; the claimed messages ``unattempted`` are let go, due
+    again at once. Returns each attempted message's status."""
+    ends = []
+    for attempt in attempts:
+        notification, outcome = attempt.notification, attempt.outcome
+        if outcome.ok:
+            status, next_at = Notification.Status.DELIVERED, notification.next_attempt_at
+        else:
+            next_at = attempt.ended + retry_delay(notification.attempts + 1)
+            give_up = notification.created_at + timedelta(
+                hours=settings.COUNTERSIGN_NOTIFY_RETRY_HOURS
+            )
+            status = (
+                Notification.Status.FAILED if next_at > give_up else Notification.Status.PENDING
+            )
+        ends.append((status, next_at))
     with write_transaction():
         sql.insert(
             [
                 DeliveryAttempt(
-                    notification_id=notification.pk,
-                    at=at,
-                    duration_ms=outcome.duration_ms,
-                    ok=outcome.ok,
-                    status_code=outcome.status_code,
-                    error=outcome.error[:500],
+                    notification_id=attempt.notification.pk,
+                    at=attempt.at,
+                    duration_ms=attempt.outcome.duration_ms,
+                    ok=attempt.outcome.ok,
+                    status_code=attempt.outcome.status_code,
+                    error=attempt.outcome.error[:500],
                 )
+                for attempt in attempts
             ]
         )
-        notification_attempt_end(
-            notification_id=notification.pk,
-            status=status,
-            attempts=attempts,
-            next_attempt_at=next_at,
-            delivered_at=now if outcome.ok else None,
+        for attempt, (status, next_at) in zip(attempts, ends, strict=True):
+            notification_attempt_end(
+                notification_id=attempt.notification.pk,
+                status=status,
+                attempts=attempt.notification.attempts + 1,
+                next_attempt_at=next_at,
+                delivered_at=attempt.ended if attempt.outcome.ok else None,
+            )
+        if unattempted:
+            notification_leases_end(unattempted)
+    for attempt, (status, _) in zip(attempts, ends, strict=True):
+        metrics.notification_attempted(
+            ok=attempt.outcome.ok, failed_for_good=status == Notification.Status.FAILED
         )
-    metrics.notification_attempted(
-        ok=outcome.ok, failed_for_good=status == Notification.Status.FAILED
-    )
-    return status
+    return [status for status, _ in ends]
 
 
 def notification_retry(*, notification: Notification, user: User | None) -> Notification:

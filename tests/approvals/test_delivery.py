@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.delivery import (
@@ -24,8 +24,10 @@ from approvals.delivery import (
     Deliverer,
     deliver_once,
     notifications_claim_due,
+    notifications_send,
 )
 from approvals.models import Call, DeliveryAttempt, Notification
+from approvals.queries.notifications import notifications_claim
 from approvals.services.decisions import call_decide
 from approvals.services.notifications import LONGEST_RETRY_SECONDS
 from tests.factories import user_make
@@ -152,7 +154,7 @@ def test_a_lease_is_kept_and_a_stale_one_taken_over() -> None:
         webhook_channel(receiver.url)
         held(holding_agent())
         now = timezone.now()
-        [(claimed, _)] = notifications_claim_due(limit=4, now=now)  # a loop that then dies
+        [(_, [claimed])] = notifications_claim_due(channels=4, now=now)  # a loop that then dies
         assert deliver_once(now=now + LEASE - timedelta(seconds=1), threads=1) == 0
         assert deliver_once(now=now + LEASE + timedelta(seconds=1), threads=1) == 1
         [got] = receiver.wait_for(1)
@@ -268,19 +270,72 @@ def test_a_dead_receiver_delays_no_other_channel(settings: Any) -> None:
     assert not refused.filter(ok=True).exists()
 
 
-def test_the_claim_takes_one_message_per_channel_and_skips_busy_channels() -> None:
+def test_a_claim_takes_a_run_of_each_channels_messages_and_skips_busy_channels() -> None:
     with http_receiver() as receiver:
         first, second = webhook_channel(receiver.url + "/1"), webhook_channel(receiver.url + "/2")
         agent = holding_agent()
         for _ in range(3):
             held(agent)
         now = timezone.now()
-        claimed = notifications_claim_due(limit=4, now=now, busy=frozenset({first.pk}))
-        assert [channel for _, channel in claimed] == [second.pk]
-        more = notifications_claim_due(limit=4, now=now)
-        assert sorted(channel for _, channel in more) == [first.pk, second.pk]
-        assert claimed[0] not in more  # leased: not claimed twice
+        claimed = notifications_claim_due(channels=4, now=now, busy=frozenset({first.pk}))
+        assert [(channel, len(ids)) for channel, ids in claimed] == [(second.pk, 3)]
+        more = notifications_claim_due(channels=4, now=now)
+        assert [(channel, len(ids)) for channel, ids in more] == [(first.pk, 3)]  # leased
+        assert notifications_claim_due(channels=4, now=now) == []
     assert Call.objects.count() == 3
+
+
+def test_a_claim_takes_at_most_a_run_of_one_channel_and_no_more_channels_than_asked() -> None:
+    with http_receiver() as receiver:
+        for n in range(3):
+            webhook_channel(f"{receiver.url}/{n}")
+        agent = holding_agent()
+        for _ in range(5):
+            held(agent)
+        now = timezone.now()
+        with transaction.atomic():
+            claimed = notifications_claim(now=now, lease_until=now + LEASE, channels=2, run=4)
+            assert len(claimed) == 2
+            assert all(1 <= len(ids) <= 4 for _, ids in claimed)
+            [(_, rest)] = notifications_claim(
+                now=now, lease_until=now + LEASE, channels=1, run=4, busy=[c for c, _ in claimed]
+            )
+            assert len(rest) == 4  # the third channel's five: a run of four
+    leased = sum(len(ids) for _, ids in claimed) + len(rest)
+    assert Notification.objects.filter(lease_until__isnull=False).count() == leased
+
+
+def test_a_run_goes_over_one_connection_and_is_kept_in_one_go() -> None:
+    with http_receiver() as receiver:
+        webhook_channel(receiver.url)
+        agent = holding_agent()
+        calls = [held(agent) for _ in range(4)]
+        [(_, ids)] = notifications_claim_due(channels=1)
+        assert notifications_send(ids) == 4
+        got = receiver.wait_for(4)
+    assert [event_and_call(g)[1] for g in got] == [str(call.pk) for call in calls]
+    assert len({g.client_port for g in got}) == 1
+    assert set(Notification.objects.values_list("status", flat=True)) == {"delivered"}
+    assert DeliveryAttempt.objects.filter(ok=True).count() == 4
+
+
+def test_a_run_stops_at_its_first_failure_and_lets_the_rest_go() -> None:
+    with http_receiver() as receiver:
+        receiver.answer = failing_first(1)
+        webhook_channel(receiver.url)
+        agent = holding_agent()
+        first, *others = [held(agent) for _ in range(3)]
+        [(_, ids)] = notifications_claim_due(channels=1)
+        assert notifications_send(ids) == 1
+        [tried] = receiver.wait_for(1)
+        assert event_and_call(tried)[1] == str(first.pk)
+        let_go = Notification.objects.filter(call__in=others)
+        assert all(n.lease_until is None and n.attempts == 0 for n in let_go)
+        # Due again at once, for this loop or any other.
+        assert deliver_once(threads=1) == 2
+        got = receiver.wait_for(3)
+    assert {event_and_call(g)[1] for g in got[1:]} == {str(call.pk) for call in others}
+    assert Notification.objects.get(call=first).next_attempt_at > timezone.now()
 
 
 def test_metrics_count_attempts_and_show_the_pending(settings: Any) -> None:
