@@ -63,7 +63,9 @@ def notifications_send(notification_ids: list[uuid.UUID], *, now: datetime | Non
     # Imported late: the senders load libraries a process without notifications never needs.
     from approvals.senders import channel_sender
 
-    pending = Notification.objects.select_related("channel", "call").filter(
+    # Not with the call (its arguments may be 100 KiB): a webhook sends the payload as
+    # committed, and mail reads the call itself.
+    pending = Notification.objects.select_related("channel").filter(
         pk__in=notification_ids, status=Notification.Status.PENDING
     )
     by_id = {notification.pk: notification for notification in pending}

@@ -135,7 +135,16 @@ class Approver:
         )
         assert response.status_code == 302, "login failed"
 
-    def decide(self, call_id: str, *, approve: bool, comment: str = "", scope: str = "once") -> int:
+    def decide(
+        self,
+        call_id: str,
+        *,
+        approve: bool,
+        comment: str = "",
+        scope: str = "once",
+        arguments: str | None = None,
+    ) -> int:
+        """Decide at the call page's form; ``arguments``: the approver's edit (approve only)."""
         page = self.http.get(f"/calls/{call_id}/")
         token = CSRF_INPUT.search(page.text)
         digest = re.search(r'name="arguments_sha256" value="([0-9a-f]{64})"', page.text)
@@ -149,6 +158,7 @@ class Approver:
                 "arguments_sha256": digest[1],
                 "comment": comment,
                 "scope": scope,
+                **({} if arguments is None else {"arguments": arguments}),
             },
             headers={"Referer": f"{page.url}"},
         )

@@ -21,6 +21,7 @@ from tests.live import Approver, LiveServer, free_port, start_server
 TOKEN = "cs_integrations-0123456789"
 APPROVER, PASSWORD = "alice", "pw"
 WAIT = 20.0  # the longest a person takes here: a guard against hangs, not a measure
+Decision = tuple[bool, str] | tuple[bool, str, str]
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +49,10 @@ def nowhere() -> str:
 @dataclass
 class Person:
     """Decides, at the approver's forms, each call that comes up pending, in turn: the
-    decisions are (approve?, comment) in order."""
+    decisions are (approve?, comment) or (True, comment, edited arguments), in order."""
 
     server: LiveServer
-    decisions: list[tuple[bool, str]]
+    decisions: list[Decision]
     decided: list[str] = field(default_factory=list)
     failure: list[BaseException] = field(default_factory=list)
 
@@ -62,8 +63,13 @@ class Person:
             while self.decisions and not stop.is_set() and time.monotonic() < deadline:
                 pending = Call.objects.filter(status="pending").exclude(pk__in=self.decided)
                 for call_id in pending.order_by("created_at").values_list("pk", flat=True):
-                    approve, comment = self.decisions.pop(0)
-                    status = approver.decide(str(call_id), approve=approve, comment=comment)
+                    approve, comment, *edit = self.decisions.pop(0)
+                    status = approver.decide(
+                        str(call_id),
+                        approve=approve,
+                        comment=comment,
+                        arguments=edit[0] if edit else None,
+                    )
                     assert status in (200, 302, 303), status
                     self.decided.append(str(call_id))
                     if not self.decisions:
@@ -77,7 +83,7 @@ class Person:
 
 
 @contextmanager
-def person(server: LiveServer, *decisions: tuple[bool, str]) -> Iterator[Person]:
+def person(server: LiveServer, *decisions: Decision) -> Iterator[Person]:
     """A person deciding the next pending calls while the body of the ``with`` runs."""
     deciding = Person(server, list(decisions))
     stop = threading.Event()
@@ -93,5 +99,8 @@ def person(server: LiveServer, *decisions: tuple[bool, str]) -> Iterator[Person]
     assert not deciding.decisions, "the person had calls left to decide"
 
 
-APPROVE = (True, "Fine, go ahead.")
-DENY = (False, "Use the other card.")
+APPROVE: Decision = (True, "Fine, go ahead.")
+DENY: Decision = (False, "Use the other card.")
+# Approved with the amount cut to 400.00, under the cap: the edited call is allowed at once.
+EDITED_ARGUMENTS = '{"amount": "400.00", "payee": "ACME"}'
+EDIT: Decision = (True, "400 for now.", EDITED_ARGUMENTS)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
@@ -25,6 +24,8 @@ from countersign.integrations.langchain import CountersignMiddleware, resolve_hi
 from tests.countersign.integrations.live import (
     APPROVE,
     DENY,
+    EDIT,
+    EDITED_ARGUMENTS,
     TOKEN,
     nowhere,
     person,
@@ -152,20 +153,17 @@ def test_when_countersign_is_unreachable_the_tool_does_not_run() -> None:
     assert str(told.content).startswith("Countersign: The approval service could not be reached")
 
 
-def test_an_edited_approval_runs_the_tool_with_the_edited_arguments() -> None:
-    # The service's edit (issue 17) is not built yet: a transport plays its answer.
-    def edited_approval(request: httpx.Request) -> httpx.Response:
-        state = {"id": "c-1", "status": "approved", "edited": True}
-        return httpx.Response(
-            201, json={**state, "arguments": '{"amount": "400.00", "payee": "ACME"}'}
-        )
-
-    http = httpx.Client(transport=httpx.MockTransport(edited_approval))
+def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(
+    server: LiveServer, client: Client
+) -> None:
     ledger = Ledger()
-    with Client("http://countersign.test", TOKEN, http=http) as stub:
-        run(model({"amount": "1250.00", "payee": "ACME"}), ledger, CountersignMiddleware(stub))
-    http.close()
+    with person(server, EDIT):
+        (told,) = run(
+            model({"amount": "1250.00", "payee": "ACME"}), ledger, CountersignMiddleware(client)
+        )
     assert ledger.paid == [("400.00", "ACME")]
+    assert (told.status, told.content) == ("success", "paid USD 400.00 to ACME")
+    assert Call.objects.get().arguments == EDITED_ARGUMENTS
 
 
 @pytest.mark.asyncio

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
-import httpx
 import pytest
 import pytest_asyncio
 from agents import Agent, FunctionTool, Runner, function_tool
@@ -25,6 +24,8 @@ from countersign.integrations.openai_agents import gated_tool, resolve_interrupt
 from tests.countersign.integrations.live import (
     APPROVE,
     DENY,
+    EDIT,
+    EDITED_ARGUMENTS,
     TOKEN,
     nowhere,
     person,
@@ -150,21 +151,14 @@ async def test_when_countersign_is_unreachable_the_tool_does_not_run() -> None:
     assert told.startswith("Countersign: The approval service could not be reached or failed")
 
 
-async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments() -> None:
-    # The service's edit (issue 17) is not built yet: the edited state it will answer with
-    # comes from a transport that plays the service for this one call.
-    edited = '{"amount": "400.00", "payee": "ACME"}'
-
-    def edited_approval(request: httpx.Request) -> httpx.Response:
-        state = {"id": "c-1", "status": "approved", "arguments": edited, "edited": True}
-        return httpx.Response(201, json={**state, "decision": {"by": "alice", "comment": ""}})
-
-    http = httpx.AsyncClient(transport=httpx.MockTransport(edited_approval))
+async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(
+    server: LiveServer, client: AsyncClient
+) -> None:
     ledger, model = Ledger(), scripted({"amount": "1250.00", "payee": "ACME"})
-    async with AsyncClient("http://countersign.test", TOKEN, http=http) as stub:
-        await Runner.run(agent(model, gated_tool(ledger.tool, client=stub)), "Pay")
-    await http.aclose()
+    with person(server, EDIT):
+        await Runner.run(agent(model, gated_tool(ledger.tool, client=client)), "Pay ACME")
     assert ledger.paid == [("400.00", "ACME")]
+    assert (await Call.objects.aget()).arguments == EDITED_ARGUMENTS
 
 
 async def test_the_runs_token_usage_counts_in_its_budget(client: AsyncClient) -> None:

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-import httpx
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.messages import (
@@ -31,6 +30,8 @@ from countersign.integrations.pydantic_ai import approve_deferred, approve_defer
 from tests.countersign.integrations.live import (
     APPROVE,
     DENY,
+    EDIT,
+    EDITED_ARGUMENTS,
     TOKEN,
     nowhere,
     person,
@@ -150,22 +151,16 @@ def test_when_countersign_is_unreachable_the_tool_does_not_run() -> None:
     assert payments.paid == []
 
 
-def test_an_edited_approval_runs_the_tool_with_the_edited_arguments() -> None:
-    # The service's edit (reviewing.md) is not built yet: a transport plays its answer.
-    def edited_approval(request: httpx.Request) -> httpx.Response:
-        state = {"id": "c-1", "status": "approved", "edited": True}
-        return httpx.Response(
-            201, json={**state, "arguments": '{"amount": "400.00", "payee": "ACME"}'}
-        )
-
+def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(
+    server: LiveServer, client: Client
+) -> None:
     payments = Payments("1250.00")
     paused = payments.start()
-    http = httpx.Client(transport=httpx.MockTransport(edited_approval))
-    with Client("http://countersign.test", TOKEN, http=http) as stub:
-        results = approve_deferred(paused.output, client=stub)
-    http.close()
+    with person(server, EDIT):
+        results = approve_deferred(paused.output, client=client)
     assert payments.resume(paused, results) == "paid USD 400.00 to ACME"
     assert payments.paid == [(Decimal("400.00"), "ACME")]
+    assert Call.objects.get().arguments == EDITED_ARGUMENTS
 
 
 @pytest.mark.asyncio
