@@ -155,6 +155,8 @@ else:
 # --- Security -------------------------------------------------------------------------------
 COUNTERSIGN_HTTPS = env_bool("COUNTERSIGN_HTTPS", False)
 SECURE_SSL_REDIRECT = COUNTERSIGN_HTTPS
+# Django's database sessions, read in one written-out statement (approvals/sessions.py).
+SESSION_ENGINE = "approvals.sessions"
 SESSION_COOKIE_SECURE = COUNTERSIGN_HTTPS
 CSRF_COOKIE_SECURE = COUNTERSIGN_HTTPS
 SECURE_HSTS_SECONDS = 31_536_000 if COUNTERSIGN_HTTPS else 0
