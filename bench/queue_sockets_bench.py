@@ -9,7 +9,7 @@ lasts, so every open queue is pushed a change ten times a second and the queue g
 ``--decisions`` more held calls are each waited for by the agent — on its WebSocket and on the
 long-poll in turn — and approved one by one through the approver's form (POST
 /calls/<id>/approve with a logged-in session and CSRF); the latency is measured from the moment
-the approval request is sent to the moment the waiting agent has the final state, as
+the approval request is sent (its first byte written) to the moment the waiting agent has the final state, as
 bench/decision_bench.py measures it.
 
 The queue sockets are held, and read as a browser tab reads them, by a process of their own,
@@ -99,13 +99,24 @@ class _Person:
     def cookie(self) -> str:
         return f"sessionid={self.http.cookies['sessionid']}"
 
-    async def approve(self, call_id: str) -> None:
+    async def approve(self, call_id: str) -> float:
+        """Approve the call; when the request was sent (its first byte written, as
+        bench/decision_bench.py measures it)."""
+        sent = 0.0
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            nonlocal sent
+            if event == "http11.send_request_headers.started":
+                sent = time.perf_counter()
+
         answer = await self.http.post(
             f"/calls/{call_id}/approve",
             data={"csrfmiddlewaretoken": self.csrf, "arguments_sha256": DIGEST, "comment": ""},
             headers={"Referer": f"{self.http.base_url}calls/{call_id}/"},
+            extensions={"trace": trace},
         )
         assert answer.status_code == 303, answer.status_code
+        return sent
 
     async def revoke_token(self, token_id: str) -> None:
         answer = await self.http.post(
@@ -187,8 +198,7 @@ async def _decide_over_socket(ws_url: str, approver: _Person, call_id: str) -> t
         first = json.loads(await asyncio.wait_for(socket.recv(), DECISION_TIMEOUT))
         first_state = time.perf_counter() - opening
         assert first["call"]["status"] == "pending", first
-        sent = time.perf_counter()
-        await approver.approve(call_id)
+        sent = await approver.approve(call_id)
         while True:
             state = json.loads(await asyncio.wait_for(socket.recv(), DECISION_TIMEOUT))
             if state["call"]["status"] == "approved":
@@ -221,8 +231,7 @@ async def _decide_over_long_poll(url: str, approver: _Person, call_id: str) -> f
     address = httpx.URL(url)
     poll = asyncio.ensure_future(_long_poll(address.host, address.port or 80, call_id))
     await asyncio.sleep(POLL_PARK)
-    sent = time.perf_counter()
-    await approver.approve(call_id)
+    sent = await approver.approve(call_id)
     arrived, state = await asyncio.wait_for(poll, DECISION_TIMEOUT)
     assert state["status"] == "approved", state["status"]
     return arrived - sent
