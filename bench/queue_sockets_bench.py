@@ -9,8 +9,8 @@ lasts, so every open queue is pushed a change ten times a second and the queue g
 ``--decisions`` more held calls are each waited for by the agent — on its WebSocket and on the
 long-poll in turn — and approved one by one through the approver's form (POST
 /calls/<id>/approve with a logged-in session and CSRF); the latency is measured from the moment
-the approval request is sent (its first byte written) to the moment the waiting agent has the final state, as
-bench/decision_bench.py measures it.
+the approval request is sent (its first byte written) to the moment the waiting agent has the
+final state, as bench/decision_bench.py measures it.
 
 The queue sockets are held, and read as a browser tab reads them, by a process of their own,
 so that reading them does not slow the process that measures the agents.
