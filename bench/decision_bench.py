@@ -39,7 +39,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import AGENT_SETUP, BenchServer, database, manage, percentile, server
+from _server import AGENT_SETUP, BenchServer, database, manage, on_sent, percentile, server
 
 ARGUMENTS = '{"amount": "600.00"}'
 SETUP = (
@@ -222,10 +222,6 @@ async def _run(
                 await _approve_once(call_id)
 
         async def _approve_once(call_id: str) -> None:
-            async def trace(event: str, info: dict[str, Any]) -> None:
-                if event == "http11.send_request_headers.started":
-                    sent[call_id] = time.perf_counter()
-
             called[call_id] = time.perf_counter()
             headers = {"Referer": f"{decide_url}/calls/{call_id}/"}
             if htmx:
@@ -240,7 +236,7 @@ async def _run(
                             "comment": "",
                         },
                         headers=headers,
-                        extensions={"trace": trace},
+                        extensions=on_sent(lambda moment: sent.update({call_id: moment})),
                     )
                 except httpx.TransportError:
                     # A kept-alive connection the server had just closed: send it once more,

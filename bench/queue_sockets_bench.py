@@ -44,7 +44,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import BenchServer, cpu_seconds, database, manage, percentile, server
+from _server import BenchServer, cpu_seconds, database, manage, on_sent, percentile, server
 
 ARGUMENTS = '{"amount": "600.00"}'
 DIGEST = hashlib.sha256(ARGUMENTS.encode()).hexdigest()
@@ -102,21 +102,15 @@ class _Person:
     async def approve(self, call_id: str) -> float:
         """Approve the call; when the request was sent (its first byte written, as
         bench/decision_bench.py measures it)."""
-        sent = 0.0
-
-        async def trace(event: str, info: dict[str, Any]) -> None:
-            nonlocal sent
-            if event == "http11.send_request_headers.started":
-                sent = time.perf_counter()
-
+        sent: list[float] = []
         answer = await self.http.post(
             f"/calls/{call_id}/approve",
             data={"csrfmiddlewaretoken": self.csrf, "arguments_sha256": DIGEST, "comment": ""},
             headers={"Referer": f"{self.http.base_url}calls/{call_id}/"},
-            extensions={"trace": trace},
+            extensions=on_sent(sent.append),
         )
         assert answer.status_code == 303, answer.status_code
-        return sent
+        return sent[-1]
 
     async def revoke_token(self, token_id: str) -> None:
         answer = await self.http.post(
