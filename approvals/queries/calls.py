@@ -1,9 +1,11 @@
-"""``Call`` rows: one read and locked for a decision, and the queue's gate test."""
+"""``Call`` rows: the holder of an idempotency key, one read and locked for a decision, and the
+queue's gate test."""
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, NoReturn
+from datetime import datetime
+from typing import Any, NamedTuple, NoReturn
 
 from django.db import NotSupportedError
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -14,6 +16,26 @@ from approvals.models import Call
 from approvals.queries import sql
 
 _READ = "SELECT {columns} FROM " + sql.statement("{C} WHERE {C.id} = %s", C=Call)
+_KEY_HOLDER = sql.statement(
+    "SELECT {C.id}, {C.request_sha256}, {C.created_at} FROM {C}"
+    " WHERE {C.agent} = %s AND {C.idempotency_key} = %s",
+    C=Call,
+)
+
+
+class KeyHolder(NamedTuple):
+    call_id: uuid.UUID
+    request_sha256: str
+    created_at: datetime
+
+
+def call_key_holder(*, agent_id: int, idempotency_key: str) -> KeyHolder | None:
+    """The call of this agent that holds this idempotency key (at most one does: a unique
+    constraint), however old. Every submission with a key reads it, nearly always to find
+    none."""
+    of = sql.fields(Call, "id", "request_sha256", "created_at")
+    found = sql.fetch(_KEY_HOLDER, [agent_id, idempotency_key], of)
+    return KeyHolder(*found[0]) if found else None
 
 
 def call_key(call_id: uuid.UUID) -> Any:

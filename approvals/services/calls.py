@@ -26,6 +26,7 @@ from approvals.models import (
 )
 from approvals.notify import notify_call
 from approvals.queries import sql
+from approvals.queries.calls import KeyHolder, call_key_holder
 from approvals.queries.ledgers import ledgers_create, ledgers_read
 from approvals.queries.policy_stamps import policy_stamp_read
 from approvals.queries.run_counters import run_cost_count, run_cost_read, run_counter_count
@@ -147,28 +148,30 @@ def records_from_json(stored: list[dict[str, Any]]) -> tuple[capcore.LedgerRecor
     )
 
 
-def _replay(agent: Agent, submission: Submission, now: datetime) -> Call | None:
+def _key_holder(agent: Agent, submission: Submission) -> KeyHolder | None:
     if submission.idempotency_key is None:
         return None
-    earlier = Call.objects.filter(
-        agent=agent,
-        idempotency_key=submission.idempotency_key,
-        created_at__gte=now - IDEMPOTENCY_WINDOW,
-    ).first()
-    if earlier is not None and earlier.request_sha256 != submission.request_sha256:
+    return call_key_holder(agent_id=agent.pk, idempotency_key=submission.idempotency_key)
+
+
+def _replay(holder: KeyHolder | None, submission: Submission, now: datetime) -> Call | None:
+    """The call that holds the submission's key, if it was made within the window; the same
+    key with another body is a conflict."""
+    if holder is None or holder.created_at < now - IDEMPOTENCY_WINDOW:
+        return None
+    if holder.request_sha256 != submission.request_sha256:
         raise IdempotencyConflict
-    return earlier
+    return Call.objects.filter(pk=holder.call_id).first()
 
 
 def _forget_stale_key(agent: Agent, submission: Submission, now: datetime) -> None:
     """A key is kept 24 hours: a call older than that lets go of it (the unique constraint
     would otherwise refuse the new call for ever)."""
-    if submission.idempotency_key is not None:
-        Call.objects.filter(
-            agent=agent,
-            idempotency_key=submission.idempotency_key,
-            created_at__lt=now - IDEMPOTENCY_WINDOW,
-        ).update(idempotency_key=None)
+    Call.objects.filter(
+        agent=agent,
+        idempotency_key=submission.idempotency_key,
+        created_at__lt=now - IDEMPOTENCY_WINDOW,
+    ).update(idempotency_key=None)
 
 
 def _spent(
@@ -315,16 +318,18 @@ def call_submit(
 ) -> tuple[Call, bool]:
     """Evaluate and store one call; ``(call, created)``. A replayed Idempotency-Key returns
     the first call (``created`` False); the same key with another body is a conflict."""
-    earlier = _replay(agent, submission, now or timezone.now())
+    holder = _key_holder(agent, submission)
+    earlier = _replay(holder, submission, now or timezone.now())
     if earlier is not None:
         return earlier, False
     try:
         with write_transaction():
-            _forget_stale_key(agent, submission, now or timezone.now())
+            if holder is not None:  # a call older than the window holds the key
+                _forget_stale_key(agent, submission, now or timezone.now())
             call = _evaluate_and_create(agent, submission, now)
     except IntegrityError:
         # A concurrent request with the same key created the call first.
-        earlier = _replay(agent, submission, now or timezone.now())
+        earlier = _replay(_key_holder(agent, submission), submission, now or timezone.now())
         if earlier is None:
             raise
         return earlier, False

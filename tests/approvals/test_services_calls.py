@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 import capcore
 from approvals.models import Agent, Budget, Call, CapRule, Ledger, LedgerEntry, RunCounter
@@ -128,6 +129,20 @@ def test_idempotent_replay_returns_the_first_call(agent: Agent) -> None:
             ),
         )
     assert Call.objects.count() == 1
+
+
+def test_a_new_key_is_looked_up_in_one_statement_and_nothing_is_let_go(agent: Agent) -> None:
+    """Nearly every key is new: one read finds that no call holds it, and no call older than
+    the window has one to let go of."""
+    keyed = Submission(
+        tool="pay", arguments="{}", principal="user-1", idempotency_key="new", request_sha256="a"
+    )
+    with CaptureQueriesContext(connection) as captured:
+        call_submit(agent=agent, submission=keyed)
+    naming_the_key = [q["sql"] for q in captured if '"idempotency_key" = ' in q["sql"]]
+    assert len(naming_the_key) == 1
+    assert naming_the_key[0].startswith("SELECT")
+    assert Call.objects.get().idempotency_key == "new"
 
 
 @pytest.mark.django_db(transaction=True)
