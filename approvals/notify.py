@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from channels.layers import BaseChannelLayer, get_channel_layer
@@ -71,25 +73,57 @@ def session_group(session_key: str) -> str:
     return "session." + hashlib.sha256(session_key.encode()).hexdigest()[:32]
 
 
-async def _send(layer: BaseChannelLayer, groups: list[str], message: dict[str, Any]) -> None:
+Push = tuple[list[str], dict[str, Any]]  # the groups, and the message sent to each
+
+
+async def _send(layer: BaseChannelLayer, pushes: list[Push]) -> None:
     """Runs after the commit: the write stands whatever happens here, so a failing channel
     layer is logged and the request goes on to answer with what was stored. Whoever misses
     the push reads the database (waiters poll it, sockets get the state on reconnect)."""
-    for group in groups:
-        try:
-            await layer.group_send(group, message)
-        except Exception:
-            logger.warning(
-                "push to %s failed; waiters fall back to the database", group, exc_info=True
-            )
+    for groups, message in pushes:
+        for group in groups:
+            try:
+                await layer.group_send(group, message)
+            except Exception:
+                logger.warning(
+                    "push to %s failed; waiters fall back to the database", group, exc_info=True
+                )
+
+
+_together = threading.local()
+
+
+@contextmanager
+def pushes_together() -> Iterator[None]:
+    """Within: the pushes of every commit are kept, and sent in one hop to the event loop,
+    in order, when the block ends (a batch of decisions, not one hop per call). A
+    transaction's pushes are kept only if it commits, as ever."""
+    if getattr(_together, "pushes", None) is not None:  # the outer block sends them
+        yield
+        return
+    pushes: list[Push] = []
+    _together.pushes = pushes
+    try:
+        yield
+    finally:
+        _together.pushes = None
+        _send_now(pushes)
+
+
+def _send_now(pushes: list[Push]) -> None:
+    """Send, and wait until sent (so one writer's pushes keep their order)."""
+    layer = get_channel_layer()
+    if layer is None or not pushes:
+        return
+    push_from_sync(layer, _send, layer, pushes)
 
 
 def _deliver(groups: list[str], message: dict[str, Any]) -> None:
-    """Send, and wait until sent (so one writer's pushes keep their order)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    push_from_sync(layer, _send, layer, groups, message)
+    kept: list[Push] | None = getattr(_together, "pushes", None)
+    if kept is None:
+        _send_now([(groups, message)])
+    else:
+        kept.append((groups, message))
 
 
 def notify_call(call: Call, *, approvals: Iterable[Approval] | None = None) -> None:

@@ -16,9 +16,12 @@ While all agents wait, it reads the server's thread count and resident memory fr
 
 ``--request htmx`` sends the approve button's htmx request (``HX-Request``, answered with the
 call's re-rendered partial) instead of the plain form's POST (answered ``303``).
+``--request batch`` approves through the queue's "Approve selected" (``POST /calls/decide``,
+``--batch`` calls a request, answered ``303``); each call's latency is measured from its
+batch's request.
 
 Usage: python bench/decision_bench.py [--agents 1000] [--mode latency|bulk] [--redis URL]
-       [--request form|htmx]
+       [--request form|htmx|batch] [--batch 100]
 """
 
 from __future__ import annotations
@@ -178,7 +181,7 @@ def _note_failure(failures: list[BaseException]) -> Callable[[asyncio.Task[None]
 
 
 async def _run(
-    waiting: BenchServer, decide_url: str, call_ids: list[str], mode: str, htmx: bool
+    waiting: BenchServer, decide_url: str, call_ids: list[str], mode: str, request: str, batch: int
 ) -> dict[str, Any]:
     url = waiting.url
     ws_url = url.replace("http://", "ws://")
@@ -217,47 +220,57 @@ async def _run(
         # through every queued request each time a connection frees up.
         in_flight = asyncio.Semaphore(APPROVER_CONNECTIONS)
 
-        async def approve(call_id: str) -> None:
+        async def approve(ids: list[str]) -> None:
             async with in_flight:
-                await _approve_once(call_id)
+                await _approve_once(ids)
 
-        async def _approve_once(call_id: str) -> None:
-            called[call_id] = time.perf_counter()
-            headers = {"Referer": f"{decide_url}/calls/{call_id}/"}
-            if htmx:
+        async def _approve_once(ids: list[str]) -> None:
+            called.update(dict.fromkeys(ids, time.perf_counter()))
+            if request == "batch":
+                path = "/calls/decide"
+                data: dict[str, Any] = {
+                    "csrfmiddlewaretoken": csrf,
+                    "verb": "approve",
+                    "comment": "",
+                    "call": [f"{call_id}:{DIGEST}" for call_id in ids],
+                }
+                headers = {"Referer": f"{decide_url}/"}
+            else:
+                path = f"/calls/{ids[0]}/approve"
+                data = {"csrfmiddlewaretoken": csrf, "arguments_sha256": DIGEST, "comment": ""}
+                headers = {"Referer": f"{decide_url}/calls/{ids[0]}/"}
+            if request == "htmx":
                 headers["HX-Request"] = "true"
             for attempt in range(2):
                 try:
                     answer = await approver.post(
-                        f"/calls/{call_id}/approve",
-                        data={
-                            "csrfmiddlewaretoken": csrf,
-                            "arguments_sha256": DIGEST,
-                            "comment": "",
-                        },
+                        path,
+                        data=data,
                         headers=headers,
-                        extensions=on_sent(lambda moment: sent.update({call_id: moment})),
+                        extensions=on_sent(lambda moment: sent.update(dict.fromkeys(ids, moment))),
                     )
                 except httpx.TransportError:
                     # A kept-alive connection the server had just closed: send it once more,
                     # and count it. On the retry, 409 means the first attempt was recorded.
                     if attempt:
                         raise
-                    retried.append(call_id)
+                    retried.extend(ids)
                     continue
-                assert answer.status_code == (200 if htmx else 303) or (
+                assert answer.status_code == (200 if request == "htmx" else 303) or (
                     attempt and answer.status_code == 409
                 ), answer.status_code
                 return
 
+        size = batch if request == "batch" else 1
+        groups = [call_ids[start : start + size] for start in range(0, len(call_ids), size)]
         began = time.perf_counter()
         if mode == "bulk":
-            await asyncio.gather(*(approve(call_id) for call_id in call_ids))
+            await asyncio.gather(*(approve(ids) for ids in groups))
         else:
-            for call_id in call_ids:
-                await approve(call_id)
-                # One at a time: the agent has it before the next.
-                await _until(lambda: call_id in done, failures)  # noqa: B023 (awaited here)
+            for ids in groups:
+                await approve(ids)
+                # One request at a time: its agents have it before the next.
+                await _until(lambda: all(i in done for i in ids), failures)  # noqa: B023
         await asyncio.wait_for(asyncio.gather(*waiters), timeout=DELIVERY_TIMEOUT)
         finished = time.perf_counter()
     latency = {call_id: done[call_id] - sent[call_id] for call_id in call_ids}
@@ -288,29 +301,46 @@ def main() -> None:
     )
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--mode", choices=["latency", "bulk"], default="latency")
-    parser.add_argument("--request", choices=["form", "htmx"], default="form")
+    parser.add_argument("--request", choices=["form", "htmx", "batch"], default="form")
+    parser.add_argument("--batch", type=int, default=100, help="calls per POST /calls/decide")
     parser.add_argument("--database-url", default=None, help="default: a temporary SQLite file")
     parser.add_argument(
         "--redis", default=None, help="REDIS_URL: agents wait on one worker, decisions on another"
     )
     options = parser.parse_args()
-    htmx = options.request == "htmx"
     setup = SETUP.replace("ARGS", repr(ARGUMENTS)).replace("COUNT", str(options.agents))
     with database(options.database_url) as database_url:
         call_ids = manage(database_url, "shell", "-c", setup).strip().splitlines()[-1].split(",")
-        extra = {"REDIS_URL": options.redis} if options.redis else {}
+        # Every waiting agent is the agent ``bench``: its sockets may not be capped below them.
+        extra = {"COUNTERSIGN_MAX_SOCKETS_PER_AGENT": str(options.agents)}
+        if options.redis:
+            extra["REDIS_URL"] = options.redis
         with server(database_url, extra) as waiting:
             if options.redis:
                 with server(database_url, extra) as deciding:
-                    result = asyncio.run(_run(waiting, deciding.url, call_ids, options.mode, htmx))
+                    result = asyncio.run(
+                        _run(
+                            waiting,
+                            deciding.url,
+                            call_ids,
+                            options.mode,
+                            options.request,
+                            options.batch,
+                        )
+                    )
             else:
-                result = asyncio.run(_run(waiting, waiting.url, call_ids, options.mode, htmx))
+                result = asyncio.run(
+                    _run(
+                        waiting, waiting.url, call_ids, options.mode, options.request, options.batch
+                    )
+                )
     print(
         json.dumps(
             {
                 "benchmark": "decision",
                 "mode": options.mode,
                 "request": options.request,
+                **({"batch": options.batch} if options.request == "batch" else {}),
                 "agents": options.agents,
                 "workers": 2 if options.redis else 1,
                 "database": "postgresql" if options.database_url else "sqlite",

@@ -3,14 +3,21 @@ never stopping the others) and ``POST /calls/decide`` (htmx and the plain form, 
 
 from __future__ import annotations
 
+import asyncio
 import re
+from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.contrib.auth.models import User
 from django.test import Client
 
-from approvals.models import Agent, Approval, Call, PermissionRule
+from approvals.models import Agent, Approval, AuditEntry, Call, PermissionRule
+from approvals.notify import QUEUE_GROUP
+from approvals.services import calls
 from approvals.services.decisions import (
+    BATCH_FAILED,
     BATCH_MALFORMED,
     BATCH_NOT_ELIGIBLE,
     BATCH_NOT_FOUND,
@@ -206,3 +213,65 @@ def test_a_bad_verb_or_no_call_is_400_and_a_viewer_is_403(held: list[Call]) -> N
         == 403
     )
     assert status(held[0]) == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_whose_recording_fails_rolls_back_alone(
+    held: list[Call], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch is one transaction with a savepoint per call: the second call fails after
+    its approval was written, and only its writes are undone."""
+    first, second, third = held
+
+    def call_end(*, call: Call, **kwargs: Any) -> None:
+        if call.pk == second.pk:
+            raise RuntimeError("the disk is full")
+        calls.call_end(call=call, **kwargs)
+
+    monkeypatch.setattr("approvals.services.decisions.call_end", call_end)
+
+    outcomes = calls_decide(
+        user=user_make(username="alice"), approve=True, comment="", calls=[field(c) for c in held]
+    )
+
+    assert [(o.status, o.reason) for o in outcomes] == [
+        (200, DECIDED),
+        (500, BATCH_FAILED),
+        (200, DECIDED),
+    ]
+    assert [status(c) for c in held] == ["approved", "pending", "approved"]
+    assert not Approval.objects.filter(call=second).exists()
+    assert list(
+        AuditEntry.objects.filter(action=AuditEntry.Action.CALL_APPROVED).values_list(
+            "object_id", flat=True
+        )
+    ) == [str(first.pk), str(third.pk)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_batch_pushes_each_decided_call_once_in_order_after_its_commit(
+    held: list[Call],
+) -> None:
+    first, second, third = held
+    alice = await sync_to_async(user_make)(username="alice")
+    layer = get_channel_layer()
+    assert layer is not None
+    listener = await layer.new_channel()
+    await layer.group_add(QUEUE_GROUP, listener)
+    stale = f"{second.pk}:{'0' * 64}"
+
+    def decide_all() -> list[str]:
+        outcomes = calls_decide(
+            user=alice, approve=True, comment="", calls=[field(third), stale, field(first)]
+        )
+        return [o.reason for o in outcomes]
+
+    assert await sync_to_async(decide_all)() == [DECIDED, Conflict.STALE.value, DECIDED]
+    pushed = [(await asyncio.wait_for(layer.receive(listener), 2))["call"] for _ in range(2)]
+    assert [(state["id"], state["status"]) for state in pushed] == [
+        (str(third.pk), "approved"),
+        (str(first.pk), "approved"),
+    ]
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(layer.receive(listener), 0.2)
