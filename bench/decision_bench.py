@@ -350,6 +350,8 @@ def main() -> None:
                     "p99_ms": 20,
                     "threads_at_1000": 32,
                     "peak_rss_mb_at_5000": 512,
+                    "peak_rss_mb_at_10000": 1024,
+                    "all_delivered_s_at_5000_batch": 10,
                 },
             }
         )
