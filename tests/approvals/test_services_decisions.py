@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -131,8 +130,8 @@ def test_two_approvers_at_once_produce_one_outcome_and_one_notification(
     call = held_call()
     pushed: list[str] = []
 
-    async def record(layer: object, groups: list[str], message: dict[str, Any]) -> None:
-        pushed.append(message["call"]["status"])
+    async def record(layer: object, pushes: list[notify.Push]) -> None:
+        pushed.extend(message["call"]["status"] for _, message in pushes)
 
     monkeypatch.setattr(notify, "_send", record)
     users = [user_make(username="alice"), user_make(username="bob")]
