@@ -187,8 +187,9 @@ def calls_submit(request: HttpRequest) -> HttpResponse:
     except IdempotencyConflict:
         raise ApiError(409, Code.IDEMPOTENCY_CONFLICT, IDEMPOTENCY_CONFLICT) from None
     if created:
-        # As committed; anything that happens to it later reaches the agent as it waits.
-        return JsonResponse(call_state(call), status=201)
+        # As committed, with no approvals yet; anything that happens to it later reaches the
+        # agent as it waits.
+        return JsonResponse(call_state(call, approvals=()), status=201)
     replayed = call_for_agent(agent=agent, call_id=call.pk)
     assert replayed is not None
     return JsonResponse(call_state(replayed), status=200)

@@ -352,7 +352,14 @@ class LedgerEntry(models.Model):
             models.CheckConstraint(condition=Q(minor__gte=0), name="ledger_entry_not_negative"),
             models.UniqueConstraint(fields=["ledger", "call"], name="one_entry_per_call"),
         ]
-        indexes = [models.Index(fields=["ledger", "recorded_at"], name="ledger_entry_window")]
+        # The window's total is read from this index alone, never the table's rows: a
+        # submission sums every entry of its ledgers' windows.
+        indexes = [
+            models.Index(
+                fields=["ledger", "recorded_at", "voided_at", "minor"],
+                name="ledger_entry_window_sum",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.minor} on ledger {self.ledger_id}"

@@ -11,6 +11,10 @@ _REQUIRED = sql.statement("SELECT {G.name}, {G.required_approvals} FROM {G} WHER
 _GROUPS = sql.statement(
     "SELECT {G.name}, {G.group} FROM {G} WHERE {G.group} IS NOT NULL AND ", G=Gate
 )
+_TIMEOUTS = sql.statement(
+    "SELECT {G.name}, {G.timeout_seconds} FROM {G} WHERE {G.timeout_seconds} IS NOT NULL AND ",
+    G=Gate,
+)
 _NAMED = sql.statement("{G.name} IN ", G=Gate)
 
 
@@ -26,3 +30,8 @@ def gates_required_approvals(names: Sequence[str]) -> dict[str, int]:
 def gates_groups(names: Sequence[str]) -> dict[str, int]:
     """The group of each named gate that is kept to one."""
     return dict(sql.rows(_GROUPS + _named(names), names)) if names else {}
+
+
+def gates_timeouts(names: Sequence[str]) -> dict[str, int]:
+    """The timeout of each named gate that has one."""
+    return dict(sql.rows(_TIMEOUTS + _named(names), names)) if names else {}

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
-from approvals.models import Gate
+from approvals.queries.gates import gates_timeouts
 
 
 def hold_seconds(*, gates: Sequence[str]) -> int:
     """How long a call held at ``gates`` waits for a decision: the smallest of their
     timeouts. A gate without one, or that nobody configured, has ``COUNTERSIGN_HOLD_TIMEOUT``:
     no gate can hold a call for ever."""
-    timeouts = dict(Gate.objects.filter(name__in=gates).values_list("name", "timeout_seconds"))
+    timeouts = gates_timeouts(gates)
     default = settings.COUNTERSIGN_HOLD_TIMEOUT
-    return min(timeouts.get(gate) or default for gate in gates or [""])
+    return min(timeouts.get(gate, default) for gate in gates or [""])

@@ -309,7 +309,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         notifications_enqueue(
             call=call, event=NotificationChannel.Event.HELD, now=now, stamp=stamp, approvals=()
         )
-    notify_call(call)
+    notify_call(call, approvals=())  # a new call has none to read
     return call
 
 

@@ -11,10 +11,15 @@ import pytest
 from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 import approvals.queries
 from approvals.models import Ledger
 from approvals.queries import sql
+from approvals.services.calls import call_submit
+from approvals.services.rules import cap_rule_save
+from approvals.services.submissions import Submission
+from tests.factories import agent_make
 
 ROOT = Path(__file__).resolve().parents[2]
 QUOTED = re.compile(r'"((?:[^"]|"")+)"')
@@ -102,3 +107,21 @@ def test_the_orm_hooks_the_runner_reads_values_through_are_there() -> None:
     assert callable(connection.ops.get_db_converters)
     assert callable(column.get_db_converters)
     assert sql.converted(["daily"], [field]) == ["daily"]
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="reads SQLite's query plan")
+def test_a_ledger_windows_total_is_read_from_the_index_alone(db: None) -> None:
+    """A submission sums every entry in its ledgers' windows; the table's rows are never
+    visited for it."""
+    agent = agent_make(principal="user-1")
+    cap_rule_save(line="daily: pay arg=amount sum USD 1000.00 per day -> gate")
+    with CaptureQueriesContext(connection) as captured:
+        call_submit(
+            agent=agent,
+            submission=Submission(tool="pay", arguments='{"amount": "1.00"}', principal="user-1"),
+        )
+    (total,) = [query["sql"] for query in captured if "SUM(" in query["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + total)
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "USING COVERING INDEX ledger_entry_window_sum" in plan
