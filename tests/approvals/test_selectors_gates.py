@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -15,8 +16,6 @@ from approvals.services.calls import call_submit
 from approvals.services.rules import cap_rule_save
 from approvals.services.submissions import Submission
 from tests.factories import agent_make, gate_make
-
-DEFAULT = 3600  # COUNTERSIGN_HOLD_TIMEOUT under the tests' settings
 
 
 @pytest.fixture
@@ -46,16 +45,16 @@ def test_a_call_held_at_two_gates_waits_the_smaller_timeout(agent: Agent) -> Non
 
 
 def test_a_gate_without_a_timeout_waits_the_default(agent: Agent) -> None:
-    gate_make(name="treasury", timeout_seconds=7200)  # longer than the default: not chosen
+    gate_make(name="treasury", timeout_seconds=settings.COUNTERSIGN_HOLD_TIMEOUT + 1)
     call = held(agent, "5000.00")
-    assert call.expires_at == call.created_at + timedelta(seconds=DEFAULT)
-    assert hold_seconds(gates=["treasury"]) == 7200
+    assert call.expires_at == call.created_at + timedelta(seconds=settings.COUNTERSIGN_HOLD_TIMEOUT)
+    assert hold_seconds(gates=["treasury"]) == settings.COUNTERSIGN_HOLD_TIMEOUT + 1
 
 
 def test_a_gate_nobody_configured_or_no_gate_waits_the_default(db: None) -> None:
     gate_make(name="finance", timeout_seconds=60)
-    assert hold_seconds(gates=["nobody-made-this"]) == DEFAULT
-    assert hold_seconds(gates=[]) == DEFAULT
+    assert hold_seconds(gates=["nobody-made-this"]) == settings.COUNTERSIGN_HOLD_TIMEOUT
+    assert hold_seconds(gates=[]) == settings.COUNTERSIGN_HOLD_TIMEOUT
     assert hold_seconds(gates=["nobody-made-this", "finance"]) == 60
 
 
