@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from channels.layers import get_channel_layer
+from channels_redis.core import RedisChannelLayer
 from django.core.management.commands import flush
 from django.db import connections
 
 from approvals.queries.audit_entries import guard_create, guard_drop
+from config.runtime.push_loop import push_loop
 
 
 @pytest.fixture(autouse=True)
@@ -24,6 +28,23 @@ def _no_rate_limit(settings: Any) -> None:
     """Rate limits are tested on purpose (tests/approvals/test_ratelimit.py); elsewhere the
     process-wide counters would carry over from test to test."""
     settings.COUNTERSIGN_RATE_LIMIT = None
+
+
+@pytest.fixture(autouse=True)
+def _a_channel_layer_of_its_own(settings: Any) -> Iterator[None]:
+    """Each test gets a channel layer of its own.
+
+    channels_redis's layer lets one event loop at a time receive, and each async test runs
+    on a loop of its own. A receive still holding the layer's lock when its test's loop
+    closed (the queue sockets' hub receives for as long as its loop runs) failed the sockets
+    of every later test with "bound to a different event loop": 50 failures in one CI run.
+    The layer's connections on the push loop, which outlives every test, close with it.
+    """
+    settings.CHANNEL_LAYERS = settings.CHANNEL_LAYERS  # setting_changed: Channels drops them
+    yield
+    layer = get_channel_layer()
+    if isinstance(layer, RedisChannelLayer):
+        asyncio.run_coroutine_threadsafe(layer.close_pools(), push_loop()).result(timeout=10)
 
 
 @pytest.fixture(autouse=True, scope="session")
