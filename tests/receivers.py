@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,11 +32,13 @@ class Received:
 
 @dataclass
 class HttpReceiver:
-    """Answers each request with ``answer(received) -> (status, headers)``: by default 204."""
+    """Answers each request with ``answer(received) -> (status, headers)``: by default 204,
+    with ``body`` (by default none)."""
 
     url: str
     requests: list[Received] = field(default_factory=list)
     answer: Callable[[Received], tuple[int, dict[str, str]]] = lambda _: (204, {})
+    body: bytes = b""
     arrived: threading.Condition = field(default_factory=threading.Condition)
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
@@ -45,10 +48,13 @@ class HttpReceiver:
 
 
 @contextmanager
-def http_receiver(*, hang: threading.Event | None = None) -> Iterator[HttpReceiver]:
-    """An HTTP server on 127.0.0.1; with ``hang``, each request is held until it is set."""
+def http_receiver(
+    *, hang: threading.Event | None = None, tls: ssl.SSLContext | None = None
+) -> Iterator[HttpReceiver]:
+    """An HTTP server on 127.0.0.1; with ``hang``, each request is held until it is set;
+    with ``tls``, HTTPS with that server context."""
     port = free_port()
-    receiver = HttpReceiver(url=f"http://127.0.0.1:{port}")
+    receiver = HttpReceiver(url=f"{'https' if tls else 'http'}://127.0.0.1:{port}")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # connections kept alive, as a real receiver's are
@@ -68,17 +74,21 @@ def http_receiver(*, hang: threading.Event | None = None) -> Iterator[HttpReceiv
             if hang is not None:
                 hang.wait(30)
             status, headers = receiver.answer(got)
+            body = receiver.body
             self.send_response(status)
             for key, value in headers.items():
                 self.send_header(key, value)
-            self.send_header("content-length", "0")
+            self.send_header("content-length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
@@ -114,3 +124,55 @@ def smtp_receiver() -> Iterator[SmtpReceiver]:
         yield receiver
     finally:
         controller.stop()
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A self-signed certificate: a server's context that presents it, and the PEM a client
+    trusts it by."""
+
+    server: ssl.SSLContext
+    pem: str
+
+
+def self_signed(*, ip: str = "", dns: str = "") -> Certificate:
+    """A certificate for the IP address ``ip`` or the host name ``dns``, valid for a day."""
+    import datetime
+    import ipaddress
+    import tempfile
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ip or dns)])
+    alternative: x509.GeneralName = (
+        x509.IPAddress(ipaddress.ip_address(ip)) if ip else x509.DNSName(dns)
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([alternative]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.NamedTemporaryFile(suffix=".pem") as chain:
+        chain.write(pem + key_pem)
+        chain.flush()
+        server.load_cert_chain(chain.name)
+    return Certificate(server=server, pem=pem.decode())

@@ -1,9 +1,8 @@
-"""Sending one notification over one channel (docs/notifications.md): a webhook, an email or
-an Apprise message. Called by the delivery loop from a worker thread; never raises."""
+"""Sending notifications over one channel (docs/notifications.md): a webhook, an email or an
+Apprise message. Called by the delivery loop from a worker thread; never raises."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -11,59 +10,50 @@ from typing import TYPE_CHECKING
 from approvals.senders.result import SendResult, failure
 
 if TYPE_CHECKING:
-    import httpx
-
     from approvals.models import Notification, NotificationChannel
 
 __all__ = ["SendResult", "channel_sender", "send"]
 
 UNKNOWN_KIND = "unknown channel kind"
 
+Sender = Callable[["Notification"], SendResult]
 
-def send(
-    *, channel: NotificationChannel, notification: Notification, http: httpx.Client | None = None
-) -> SendResult:
-    """Send ``notification`` over ``channel`` once: any 2xx (or a mail the server accepted)
-    is ok; redirects are not followed; outbound requests time out after
-    ``COUNTERSIGN_NOTIFY_TIMEOUT`` seconds. Every failure, an exception too, is a
-    ``SendResult(ok=False)`` with a short error that names no secret. ``http``: the client
-    a webhook is posted with (``channel_sender``'s), else one of its own."""
-    from approvals.models import NotificationChannel
 
-    try:
-        if channel.kind == NotificationChannel.Kind.WEBHOOK:
-            from approvals.senders.webhook import webhook_send
-
-            return webhook_send(channel=channel, notification=notification, http=http)
-        if channel.kind == NotificationChannel.Kind.EMAIL:
-            from approvals.senders.mail import email_send
-
-            return email_send(channel=channel, notification=notification)
-        if channel.kind == NotificationChannel.Kind.APPRISE:
-            from approvals.senders.via_apprise import apprise_send
-
-            return apprise_send(channel=channel, notification=notification)
-    except Exception as exc:
-        return failure(exc, channel=channel)
-    return SendResult(ok=False, error=UNKNOWN_KIND)
+def send(*, channel: NotificationChannel, notification: Notification) -> SendResult:
+    """Send ``notification`` over ``channel`` once (``channel_sender`` for one message)."""
+    with channel_sender(channel) as sender:
+        return sender(notification)
 
 
 @contextmanager
-def channel_sender(channel: NotificationChannel) -> Iterator[Callable[[Notification], SendResult]]:
-    """``send`` for one message after another over ``channel``: a webhook's requests share
-    one client, so they reuse its connection to the receiver."""
+def channel_sender(channel: NotificationChannel) -> Iterator[Sender]:
+    """Send one message after another over ``channel``: any 2xx (or a mail the server
+    accepted) is ok; redirects are not followed; outbound requests time out after
+    ``COUNTERSIGN_NOTIFY_TIMEOUT`` seconds. Every failure, an exception too, is a
+    ``SendResult(ok=False)`` with a short error that names no secret. A webhook's requests
+    share one connection to the receiver."""
     from approvals.models import NotificationChannel
 
-    if channel.kind != NotificationChannel.Kind.WEBHOOK:
-        yield functools.partial(_send_over, channel, None)
+    Kind = NotificationChannel.Kind
+    if channel.kind == Kind.WEBHOOK:
+        # Imported here: each sender loads libraries a process may never need.
+        from approvals.senders.webhook import webhook_sender
+
+        with webhook_sender(channel) as sender:
+            yield sender
         return
-    from approvals.senders.webhook import webhook_client
+    if channel.kind == Kind.EMAIL:
+        from approvals.senders.mail import email_send as one
+    elif channel.kind == Kind.APPRISE:
+        from approvals.senders.via_apprise import apprise_send as one
+    else:
+        yield lambda notification: SendResult(ok=False, error=UNKNOWN_KIND)
+        return
 
-    with webhook_client() as http:
-        yield functools.partial(_send_over, channel, http)
+    def guarded(notification: Notification) -> SendResult:
+        try:
+            return one(channel=channel, notification=notification)
+        except Exception as exc:
+            return failure(exc, channel=channel)
 
-
-def _send_over(
-    channel: NotificationChannel, http: httpx.Client | None, notification: Notification
-) -> SendResult:
-    return send(channel=channel, notification=notification, http=http)
+    yield guarded

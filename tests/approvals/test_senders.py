@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import ssl
 import threading
 import uuid
 from datetime import timedelta
@@ -24,12 +25,13 @@ from approvals.models import Call, Notification, NotificationChannel
 from approvals.selectors.calls import call_state
 from approvals.selectors.deciders import decidable_call_ids
 from approvals.senders import SendResult, send
+from approvals.senders import webhook as webhooks
 from approvals.senders.mail import BAD_ADDRESS, NO_APPROVER_ADDRESS, approver_addresses
 from approvals.senders.via_apprise import NOT_APPRISE
-from approvals.senders.webhook import BAD_SECRET, NOT_HTTP, REDIRECT_NOT_FOLLOWED
+from approvals.senders.webhook import ANSWER_LIMIT, BAD_SECRET, NOT_HTTP, REDIRECT_NOT_FOLLOWED
 from tests.factories import agent_make, call_make, gate_make, payment, rule_make, user_make
 from tests.live import free_port
-from tests.receivers import Received, http_receiver, smtp_receiver
+from tests.receivers import Received, http_receiver, self_signed, smtp_receiver
 
 pytestmark = pytest.mark.django_db
 SECRET = "whsec_" + base64.b64encode(b"countersign-test-key-0123456789").decode()
@@ -153,7 +155,7 @@ def test_a_receiver_that_never_answers_is_a_failed_attempt(settings: Any) -> Non
         hang.set()
     assert not result.ok
     assert result.status_code is None
-    assert result.error.startswith("ReadTimeout")
+    assert result.error.startswith("TimeoutError")
 
 
 def test_errors_name_no_credentials_and_no_secret() -> None:
@@ -161,13 +163,67 @@ def test_errors_name_no_credentials_and_no_secret() -> None:
     closed = f"http://hookuser:Sup3rS3cretPw@127.0.0.1:{free_port()}/t0ken-in-path"
     result = send(channel=channel(Kind.WEBHOOK, closed, SECRET), notification=notification)
     assert not result.ok
-    assert result.error.startswith("ConnectError")
+    assert result.error.startswith("ConnectionRefusedError")
     for secret in ("Sup3rS3cretPw", "hookuser", "t0ken-in-path", SECRET):
         assert secret not in result.error
     bad = send(channel=webhook(closed, "s3cret-but-no-prefix"), notification=notification)
     assert bad == SendResult(ok=False, error=BAD_SECRET)
     ftp = send(channel=channel(Kind.WEBHOOK, "ftp://x/y", SECRET), notification=notification)
     assert ftp == SendResult(ok=False, error=NOT_HTTP)
+
+
+def test_a_user_and_password_in_the_url_are_sent_as_basic_authentication() -> None:
+    notification = notification_of(held_call())
+    with http_receiver() as receiver:
+        target = receiver.url.replace("://", "://hook%40user:pa%3Ass@") + "/in/caf\u00e9?x=1"
+        assert send(channel=webhook(target), notification=notification).ok
+        [got] = receiver.wait_for(1)
+    assert got.path == "/in/caf%C3%A9?x=1"
+    assert got.headers["authorization"] == "Basic " + base64.b64encode(b"hook@user:pa:ss").decode()
+
+
+def test_an_https_receiver_gets_messages_only_with_a_certificate_trusted_for_its_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    notification = notification_of(held_call())
+    ours, elsewhere = self_signed(ip="127.0.0.1"), self_signed(dns="elsewhere.example.test")
+    with http_receiver(tls=ours.server) as receiver:
+        untrusted = send(channel=webhook(receiver.url), notification=notification)
+        trusting = ssl.create_default_context(cadata=ours.pem)
+        monkeypatch.setattr(webhooks, "tls_context", lambda: trusting)
+        trusted = send(channel=webhook(receiver.url), notification=notification)
+        [got] = receiver.wait_for(1)
+    assert not untrusted.ok
+    assert untrusted.error.startswith("SSLCertVerificationError")
+    assert trusted == SendResult(ok=True, status_code=204)
+    assert verified(got)["data"]["call"]["id"] == str(notification.call_id)
+    # A certificate that is trusted, but for another name, is refused too.
+    with http_receiver(tls=elsewhere.server) as receiver:
+        trusting = ssl.create_default_context(cadata=elsewhere.pem)
+        monkeypatch.setattr(webhooks, "tls_context", lambda: trusting)
+        other_name = send(channel=webhook(receiver.url), notification=notification)
+        assert receiver.requests == []
+    assert not other_name.ok
+    assert other_name.error.startswith("SSLCertVerificationError")
+
+
+def test_a_run_keeps_its_connection_unless_an_answer_is_too_long_or_closes_it() -> None:
+    notifications = [notification_of(held_call())] * 3
+    with http_receiver() as receiver:
+        with webhooks.webhook_sender(webhook(receiver.url)) as post:
+            short = [post(notification) for notification in notifications]
+            receiver.body = b"x" * (ANSWER_LIMIT + 1)
+            receiver.answer = lambda _: (200, {})
+            long = [post(notification) for notification in notifications]
+            receiver.body = b""
+            receiver.answer = lambda _: (204, {"connection": "close"})
+            closing = [post(notification) for notification in notifications]
+        got = receiver.wait_for(9)
+    assert short + closing == [SendResult(ok=True, status_code=204)] * 6
+    assert long == [SendResult(ok=True, status_code=200)] * 3
+    ports = [g.client_port for g in got]
+    assert len(set(ports[:4])) == 1  # kept alive until the first long answer
+    assert len(set(ports[3:])) == 6  # then a connection each
 
 
 def test_send_never_raises() -> None:

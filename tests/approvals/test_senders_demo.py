@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.mail import EmailMultiAlternatives
 from django.test import RequestFactory
+from standardwebhooks import Webhook
 
 from approvals.models import AuditEntry, NotificationChannel
 from approvals.senders.console import EmailBackend
@@ -77,7 +78,9 @@ def test_the_demo_receiver_prints_verified_webhooks_and_refuses_others(
         }
     )
     msg_id = f"msg_{uuid.uuid4().hex}"
-    headers = signed_headers(secret=secret, msg_id=msg_id, body=body, at=datetime.now(UTC))
+    headers = signed_headers(
+        signer=Webhook(secret), msg_id=msg_id, body=body.encode(), at=datetime.now(UTC)
+    )
     factory = RequestFactory()
 
     def post(headers: dict[str, str]) -> int:
