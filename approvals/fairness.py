@@ -17,8 +17,8 @@ may hold open, and page pushes rendered once per view, on threads of their own.
   which starts once the current one ends and serves everyone who asked meanwhile. 300 queue
   sockets of one person cost one render per change.
 - **Sends that take turns.** The pushes of one change to 300 sockets are 300 sends of the
-  whole queue, each compressed for its socket on the event loop: back to back they held the
-  loop for a tenth of a second, and an agent's push that came meanwhile waited for all of
+  whole queue on the event loop (no longer compressed, config/serve.py): back to back they
+  held the loop for a tenth of a second, and an agent's push that came meanwhile waited for all of
   them. ``page_send`` sends one at a time and lets whatever else is ready run between two.
 - **Threads of their own.** Page reads and renders run on ``PAGE_THREADS`` threads
   (``page_database``), not on the one thread that every ``database_sync_to_async`` call shares

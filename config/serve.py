@@ -19,6 +19,11 @@ import uvicorn
 LISTEN_BACKLOG = 4096
 # Agents and pages send nothing on their sockets: a frame larger than this is an attack.
 WEBSOCKET_MAX_FRAME = 64 * 1024
+# Every push is compressed once per socket when permessage-deflate is on: a change to 300 open
+# queue pages was 300 compressions of the whole queue, two fifths of the server's CPU under
+# that load (docs/performance.md), and each socket kept a compressor's memory. Pages and agent
+# states are small and sent over the approvers' and agents' own connections.
+WEBSOCKET_COMPRESSION = False
 # Seconds a stopping server lets requests finish; a parked long-poll would hold it for its
 # whole wait otherwise (waiters re-read the database when they reconnect).
 GRACEFUL_SHUTDOWN_SECONDS = 5
@@ -45,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         http="httptools",
         ws="websockets-sansio",
         ws_max_size=WEBSOCKET_MAX_FRAME,
+        ws_per_message_deflate=WEBSOCKET_COMPRESSION,
         lifespan="on",
         # Client addresses (the login throttle's) come from X-Forwarded-For only when the
         # request comes from a proxy listed here; otherwise anyone could choose theirs.
