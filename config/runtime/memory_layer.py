@@ -1,5 +1,6 @@
 """The embedded default's channel layer: Channels' in-memory one, scanning for expired
-entries at most once a second.
+entries at most once a second, and knowing the event loop its receivers are on (where
+``push_loop.push_from_sync`` hands synchronous writers' pushes).
 
 ``COUNTERSIGN_STOCK=layer`` uses Channels' ``InMemoryChannelLayer`` instead
 (config/runtime/README.md).
@@ -7,6 +8,7 @@ entries at most once a second.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -28,6 +30,12 @@ class ThrottledInMemoryChannelLayer(InMemoryChannelLayer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._next_clean = 0.0
+        # The loop of the latest receiver to make its channel; its queues' waiters are there.
+        self.receivers_loop: asyncio.AbstractEventLoop | None = None
+
+    async def new_channel(self, prefix: str = "specific.") -> str:
+        self.receivers_loop = asyncio.get_running_loop()
+        return await super().new_channel(prefix)
 
     def _clean_expired(self) -> None:
         now = time.monotonic()

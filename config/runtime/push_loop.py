@@ -20,6 +20,7 @@ from typing import Any, ParamSpec
 from asgiref.sync import async_to_sync
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer
 
+from config.runtime.memory_layer import ThrottledInMemoryChannelLayer
 from config.runtime.stock import Stock, uses_stock
 
 P = ParamSpec("P")
@@ -46,11 +47,27 @@ def push_from_sync(
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> None:
-    """Run ``send`` to ``layer``, and wait until it is done (so one writer's pushes keep
-    their order)."""
-    if isinstance(layer, InMemoryChannelLayer) or uses_stock(Stock.PUSH_LOOP):
-        # The in-memory layer's queues belong to the server's loop: go there (async_to_sync
-        # finds it).
+    """Run ``send`` to ``layer``; one writer's pushes keep their order.
+
+    To the in-memory layer's receivers' loop without waiting: the loop starts handed work
+    in the order it was handed, and an in-memory send never suspends, so each push is whole
+    before the next starts. Elsewhere, wait until it is done."""
+    loop = layer.receivers_loop if isinstance(layer, ThrottledInMemoryChannelLayer) else None
+    if uses_stock(Stock.PUSH_LOOP):
+        async_to_sync(send)(*args, **kwargs)
+    elif loop is not None and not loop.is_closed():
+        loop.call_soon_threadsafe(_start, loop, send(*args, **kwargs))
+    elif isinstance(layer, InMemoryChannelLayer):
+        # No receiver yet, or the stock layer: async_to_sync finds the server's loop.
         async_to_sync(send)(*args, **kwargs)
     else:
         asyncio.run_coroutine_threadsafe(send(*args, **kwargs), push_loop()).result()
+
+
+_handed: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+
+
+def _start(loop: asyncio.AbstractEventLoop, push: Coroutine[Any, Any, None]) -> None:
+    task = loop.create_task(push)
+    _handed.add(task)
+    task.add_done_callback(_handed.discard)

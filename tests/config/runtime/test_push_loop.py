@@ -1,10 +1,13 @@
 """Pushes to Redis from synchronous code outside the server (a management command, plain
-threads) share one event loop and its connection pool, and all arrive; the in-memory layer's,
-and every push when switched to stock, go through ``async_to_sync``."""
+threads) share one event loop and its connection pool, and all arrive; the in-memory layer's
+are handed to its receivers' loop, in order, without the writer waiting; Channels' own
+in-memory layer's, and every push when switched to stock, go through ``async_to_sync``."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from django.utils import timezone
 from approvals.models import Call
 from approvals.notify import call_group, notify_call
 from config.env import redis_channel_layer
+from config.runtime.memory_layer import ThrottledInMemoryChannelLayer
 from config.runtime.push_loop import push_from_sync, push_loop
 from config.runtime.stock import Stock
 from tests.asgi import PROMPTLY
@@ -90,7 +94,7 @@ def test_a_layer_with_pools_per_loop_is_pushed_to_from_the_one_push_loop(setting
     assert _loops_of_two_pushes(BaseChannelLayer()) == [push_loop(), push_loop()]
 
 
-def test_the_in_memory_layer_is_pushed_to_through_async_to_sync(settings: Any) -> None:
+def test_channels_in_memory_layer_is_pushed_to_through_async_to_sync(settings: Any) -> None:
     settings.COUNTERSIGN_STOCK = frozenset()
     assert push_loop() not in _loops_of_two_pushes(InMemoryChannelLayer())
 
@@ -98,3 +102,47 @@ def test_the_in_memory_layer_is_pushed_to_through_async_to_sync(settings: Any) -
 def test_switched_to_stock_each_push_goes_through_async_to_sync(settings: Any) -> None:
     settings.COUNTERSIGN_STOCK = frozenset({Stock.PUSH_LOOP})
     assert push_loop() not in _loops_of_two_pushes(BaseChannelLayer())
+
+
+@pytest.fixture
+def receivers_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A running event loop on a thread of its own, standing for the server's."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(PROMPTLY)
+    loop.close()
+
+
+def test_the_in_memory_layer_is_pushed_to_on_its_receivers_loop_in_order_without_waiting(
+    settings: Any, receivers_loop: asyncio.AbstractEventLoop
+) -> None:
+    settings.COUNTERSIGN_STOCK = frozenset()
+    layer = ThrottledInMemoryChannelLayer()
+    asyncio.run_coroutine_threadsafe(layer.new_channel(), receivers_loop).result(PROMPTLY)
+    pushed: list[tuple[int, asyncio.AbstractEventLoop]] = []
+    go_on = threading.Event()
+
+    async def record(number: int) -> None:
+        if number == 1:
+            # Blocks its loop until the writer has gone on: a writer waiting for its push
+            # would wait for ever here.
+            go_on.wait(PROMPTLY)
+        pushed.append((number, asyncio.get_running_loop()))
+
+    push_from_sync(layer, record, 1)
+    push_from_sync(layer, record, 2)
+    assert pushed == []
+    go_on.set()
+    done = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), receivers_loop)
+    done.result(PROMPTLY)
+    assert pushed == [(1, receivers_loop), (2, receivers_loop)]
+
+
+def test_the_in_memory_layer_with_no_receiver_yet_is_pushed_to_through_async_to_sync(
+    settings: Any,
+) -> None:
+    settings.COUNTERSIGN_STOCK = frozenset()
+    assert push_loop() not in _loops_of_two_pushes(ThrottledInMemoryChannelLayer())
