@@ -30,8 +30,11 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from approvals.models import Notification
-from approvals.queries.notifications import notifications_claim, notifications_due_any
+from approvals.queries.notifications import (
+    notifications_claim,
+    notifications_due_any,
+    notifications_run_read,
+)
 from approvals.services.notifications import (
     Attempt,
     attempt_outcome,
@@ -63,18 +66,13 @@ def notifications_send(notification_ids: list[uuid.UUID], *, now: datetime | Non
     # Imported late: the senders load libraries a process without notifications never needs.
     from approvals.senders import channel_sender
 
-    # Not with the call (its arguments may be 100 KiB): a webhook sends the payload as
-    # committed, and mail reads the call itself.
-    pending = Notification.objects.select_related("channel").filter(
-        pk__in=notification_ids, status=Notification.Status.PENDING
-    )
-    by_id = {notification.pk: notification for notification in pending}
-    run = [by_id[key] for key in notification_ids if key in by_id]
-    if not run:
+    read = notifications_run_read(notification_ids=notification_ids)
+    if read is None:
         return 0
+    channel, run = read
     attempts: list[Attempt] = []
     started = time.monotonic()
-    with channel_sender(run[0].channel) as send:
+    with channel_sender(channel) as send:
         for notification in run:
             at = now or timezone.now()
             begun = time.monotonic()

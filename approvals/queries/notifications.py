@@ -1,4 +1,5 @@
-"""``Notification`` rows: the delivery loops' claims, and the end of an attempt.
+"""``Notification`` rows: the messages written, the delivery loops' claims, the runs they
+read, and what their attempts came to (with the ``DeliveryAttempt`` rows that keep them).
 
 A message is due when it is pending, its next attempt is due, and no loop holds an unexpired
 lease on it; and it is sent only once every earlier message of its channel and call has been
@@ -11,12 +12,13 @@ lease, so a loop killed while sending leaves the message to be taken over once i
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Any, NamedTuple
 
 from django.db import connection
 
-from approvals.models import Notification
+from approvals.models import DeliveryAttempt, Notification, NotificationChannel
 from approvals.queries import sql
 
 PENDING = Notification.Status.PENDING.value
@@ -46,12 +48,45 @@ _UNLEASE = sql.statement(
 )
 _END = sql.statement(
     """
-UPDATE {N} SET {N.status} = %s, {N.attempts} = %s, {N.next_attempt_at} = %s,
+UPDATE {N} SET {N.status} = %s, {N.attempts} = %s,
+               {N.next_attempt_at} = COALESCE(%s, {N.next_attempt_at}),
                {N.lease_until} = NULL, {N.delivered_at} = %s
 WHERE {N.id} = %s AND {N.status} = %s
 """,
     N=Notification,
 )
+
+
+_ADD = sql.statement(
+    """
+INSERT INTO {N} ({N.id}, {N.channel}, {N.call}, {N.event}, {N.payload}, {N.status},
+                 {N.created_at}, {N.next_attempt_at}, {N.attempts}) VALUES
+""",
+    N=Notification,
+)
+_ADD_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, 0)"
+# A run's messages with their channel: only what sending them and recording their attempts
+# reads (not the call: a webhook sends the payload as committed, and mail reads the call).
+# The fields in the statement's order, which is the models' own: ``Model.from_db`` takes
+# some of a model's fields in that order.
+_RUN_MESSAGE = ("id", "call", "event", "payload", "created_at", "attempts")
+_RUN_CHANNEL = ("id", "name", "kind", "target", "secret")
+_RUN = sql.statement(
+    """
+SELECT n.{N.id}, n.{N.call}, n.{N.event}, n.{N.payload}, n.{N.created_at}, n.{N.attempts},
+       c.{C.id}, c.{C.name}, c.{C.kind}, c.{C.target}, c.{C.secret}
+FROM {N} n JOIN {C} c ON c.{C.id} = n.{N.channel}
+WHERE n.{N.status} = %s AND n.{N.id} IN """,
+    N=Notification,
+    C=NotificationChannel,
+)
+_ATTEMPTS_ADD = sql.statement(
+    """
+INSERT INTO {D} ({D.notification}, {D.at}, {D.duration_ms}, {D.ok}, {D.status_code}, {D.error})
+VALUES """,
+    D=DeliveryAttempt,
+)
+_ATTEMPT_ROW = "(%s, %s, %s, %s, %s, %s)"
 
 
 def _at(moment: datetime | None) -> object:
@@ -64,6 +99,19 @@ def _key(notification_id: uuid.UUID) -> object:
 
 def _marks(count: int) -> str:
     return "(" + ", ".join(["%s"] * count) + ")"
+
+
+def notifications_add(
+    *, channel_ids: Sequence[int], call_id: uuid.UUID, event: str, payload: str, now: datetime
+) -> None:
+    """Write one pending message of ``event`` for each channel, due at once, in the
+    caller's transaction."""
+    call = sql.prepared(sql.fields(Notification, "call")[0], call_id)
+    at = _at(now)
+    params: list[object] = []
+    for channel_id in channel_ids:
+        params += [_key(uuid.uuid4()), channel_id, call, event, payload, PENDING, at, at]
+    sql.execute(_ADD + ", ".join([_ADD_ROW] * len(channel_ids)), params)
 
 
 def notifications_due_any(*, now: datetime) -> bool:
@@ -91,20 +139,53 @@ def notifications_claim(
     params.append(channels * run)
     if connection.features.has_select_for_update_skip_locked:
         text += " FOR UPDATE OF n SKIP LOCKED"
-    of = sql.fields(Notification, "id", "channel")
-    taken: dict[int, list[uuid.UUID]] = {}
-    for notification_id, channel_id in sql.fetch(text, params, of):
+    # The ids as the database gave them: leased as they are, converted only once taken.
+    taken: dict[int, list[object]] = {}
+    for stored_id, channel_id in sql.rows(text, params):
         ids = taken.get(channel_id)
         if ids is None:
             if len(taken) >= channels:
                 continue  # a later row may still add to a channel already taken
             ids = taken[channel_id] = []
         if len(ids) < run:
-            ids.append(notification_id)
-    leased = [_key(notification_id) for ids in taken.values() for notification_id in ids]
+            ids.append(stored_id)
+    leased = [stored_id for ids in taken.values() for stored_id in ids]
     if leased:
         sql.execute(_LEASE + _marks(len(leased)), [_at(lease_until), *leased])
-    return list(taken.items())
+    of = sql.fields(Notification, "id")
+    return [
+        (channel_id, [sql.converted([stored_id], of)[0] for stored_id in ids])
+        for channel_id, ids in taken.items()
+    ]
+
+
+def notifications_run_read(
+    *, notification_ids: Sequence[uuid.UUID]
+) -> tuple[NotificationChannel, list[Notification]] | None:
+    """The claimed messages (of one channel) still pending, in the order given, and their
+    channel; None if none is. Each message has only the fields a send and its record read
+    (the others are deferred), the channel its kind, target, secret and name."""
+    message_fields = sql.fields(Notification, *_RUN_MESSAGE)
+    # The call's id read as the call's own field reads it: a foreign key's column has no
+    # converter of its own (a UUID would stay text on SQLite).
+    read_as = tuple(getattr(field, "target_field", field) for field in message_fields)
+    channel_fields = sql.fields(NotificationChannel, *_RUN_CHANNEL)
+    keys = [_key(notification_id) for notification_id in notification_ids]
+    rows = sql.rows(_RUN + _marks(len(keys)), [PENDING, *keys])
+    if not rows:
+        return None
+    split = len(message_fields)
+    channel = NotificationChannel.from_db(
+        connection.alias,
+        [field.attname for field in channel_fields],
+        sql.converted(rows[0][split:], channel_fields),  # the same on every row
+    )
+    names = [field.attname for field in message_fields]
+    by_id = {}
+    for row in rows:
+        values = sql.converted(row[:split], read_as)
+        by_id[values[0]] = Notification.from_db(connection.alias, names, values)
+    return channel, [by_id[key] for key in notification_ids if key in by_id]
 
 
 def notification_leases_end(notification_ids: Collection[uuid.UUID]) -> None:
@@ -114,24 +195,36 @@ def notification_leases_end(notification_ids: Collection[uuid.UUID]) -> None:
     sql.execute(_UNLEASE + _marks(len(keys)), [PENDING, *keys])
 
 
-def notification_attempt_end(
-    *,
-    notification_id: uuid.UUID,
-    status: str,
-    attempts: int,
-    next_attempt_at: datetime,
-    delivered_at: datetime | None,
-) -> int:
-    """The message after an attempt, its lease let go; only while it is still pending (an
-    admin's retry or another loop's delivery may have come first). Rows changed."""
-    return sql.execute(
-        _END,
-        [
-            status,
-            attempts,
-            _at(next_attempt_at),
-            _at(delivered_at),
-            _key(notification_id),
-            PENDING,
-        ],
-    )
+class AttemptEnd(NamedTuple):
+    """One attempt at a message, and what it makes of the message."""
+
+    notification_id: uuid.UUID
+    at: datetime
+    duration_ms: int
+    ok: bool
+    status_code: int | None
+    error: str
+    status: str  # the message's, after it
+    attempts: int  # the message's attempts, this one counted
+    next_attempt_at: datetime | None  # None: as it was
+    delivered_at: datetime | None
+
+
+def notification_attempts_end(*, ends: Sequence[AttemptEnd]) -> None:
+    """Keep these attempts, and end each one's message as it says, its lease let go: only
+    while it is still pending (an admin's retry or another loop's delivery may have come
+    first). Run it in a write transaction."""
+    if not ends:
+        return
+    rows: list[object] = []
+    changes: list[tuple[Any, ...]] = []
+    for end in ends:
+        key = _key(end.notification_id)
+        rows += [key, _at(end.at), end.duration_ms, end.ok, end.status_code, end.error]
+        delivered = _at(end.delivered_at)
+        changes.append(
+            (end.status, end.attempts, _at(end.next_attempt_at), delivered, key, PENDING)
+        )
+    sql.execute(_ATTEMPTS_ADD + ", ".join([_ATTEMPT_ROW] * len(ends)), rows)
+    with connection.cursor() as cursor:
+        cursor.executemany(_END, changes)

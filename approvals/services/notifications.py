@@ -33,14 +33,18 @@ from approvals.models import (
     Approval,
     AuditEntry,
     Call,
-    DeliveryAttempt,
     Gate,
     Notification,
     NotificationChannel,
 )
 from approvals.queries import sql
 from approvals.queries.calls import call_read_locked
-from approvals.queries.notifications import notification_attempt_end, notification_leases_end
+from approvals.queries.notifications import (
+    AttemptEnd,
+    notification_attempts_end,
+    notification_leases_end,
+    notifications_add,
+)
 from approvals.queries.policy_stamps import policy_stamp_read
 from approvals.selectors.calls import call_state
 from approvals.senders.webhook import secret_valid
@@ -170,19 +174,12 @@ def notifications_enqueue(
     chosen = [route for route in routes if route.takes(event, gates)]
     if not chosen:
         return 0
-    payload = notification_payload(call=call, event=event, now=now, approvals=approvals)
-    sql.insert(
-        [
-            Notification(
-                channel_id=route.id,
-                call=call,
-                event=event,
-                payload=payload,
-                created_at=now,
-                next_attempt_at=now,
-            )
-            for route in chosen
-        ]
+    notifications_add(
+        channel_ids=[route.id for route in chosen],
+        call_id=call.pk,
+        event=event,
+        payload=notification_payload(call=call, event=event, now=now, approvals=approvals),
+        now=now,
     )
     from approvals.delivery import delivery_wake
 
@@ -273,8 +270,9 @@ def notification_attempts_record(
     ends = []
     for attempt in attempts:
         notification, outcome = attempt.notification, attempt.outcome
+        next_at: datetime | None = None  # a delivered message's stays as it was
         if outcome.ok:
-            status, next_at = Notification.Status.DELIVERED, notification.next_attempt_at
+            status = Notification.Status.DELIVERED
         else:
             next_at = attempt.ended + retry_delay(notification.attempts + 1)
             give_up = notification.created_at + timedelta(
@@ -283,36 +281,29 @@ def notification_attempts_record(
             status = (
                 Notification.Status.FAILED if next_at > give_up else Notification.Status.PENDING
             )
-        ends.append((status, next_at))
-    with write_transaction():
-        sql.insert(
-            [
-                DeliveryAttempt(
-                    notification_id=attempt.notification.pk,
-                    at=attempt.at,
-                    duration_ms=attempt.outcome.duration_ms,
-                    ok=attempt.outcome.ok,
-                    status_code=attempt.outcome.status_code,
-                    error=attempt.outcome.error[:500],
-                )
-                for attempt in attempts
-            ]
-        )
-        for attempt, (status, next_at) in zip(attempts, ends, strict=True):
-            notification_attempt_end(
-                notification_id=attempt.notification.pk,
+        ends.append(
+            AttemptEnd(
+                notification_id=notification.pk,
+                at=attempt.at,
+                duration_ms=outcome.duration_ms,
+                ok=outcome.ok,
+                status_code=outcome.status_code,
+                error=outcome.error[:500],
                 status=status,
-                attempts=attempt.notification.attempts + 1,
+                attempts=notification.attempts + 1,
                 next_attempt_at=next_at,
-                delivered_at=attempt.ended if attempt.outcome.ok else None,
+                delivered_at=attempt.ended if outcome.ok else None,
             )
+        )
+    with write_transaction():
+        notification_attempts_end(ends=ends)
         if unattempted:
             notification_leases_end(unattempted)
-    for attempt, (status, _) in zip(attempts, ends, strict=True):
+    for end in ends:
         metrics.notification_attempted(
-            ok=attempt.outcome.ok, failed_for_good=status == Notification.Status.FAILED
+            ok=end.ok, failed_for_good=end.status == Notification.Status.FAILED
         )
-    return [status for status, _ in ends]
+    return [end.status for end in ends]
 
 
 def notification_retry(*, notification: Notification, user: User | None) -> Notification:

@@ -1,0 +1,129 @@
+"""approvals/queries/notifications.py: messages written, a run read with its channel, and the
+attempts that end them, against the database."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.models import DeliveryAttempt, Notification
+from approvals.queries.notifications import (
+    AttemptEnd,
+    notification_attempts_end,
+    notifications_add,
+    notifications_run_read,
+)
+from tests.outbox import SECRET, Event, held, holding_agent, webhook_channel
+
+pytestmark = pytest.mark.django_db
+HOOK = "https://hooks.example.test/countersign"
+Status = Notification.Status
+
+
+def test_a_message_is_written_for_each_channel_pending_and_due_at_once() -> None:
+    call = held(holding_agent())
+    first, second = webhook_channel(HOOK + "/1"), webhook_channel(HOOK + "/2")
+    now = timezone.now()
+    with transaction.atomic():
+        notifications_add(
+            channel_ids=[first.pk, second.pk],
+            call_id=call.pk,
+            event=Event.DECIDED,
+            payload='{"type": "call.decided"}',
+            now=now,
+        )
+    rows = list(Notification.objects.filter(event=Event.DECIDED).order_by("channel_id"))
+    assert [row.channel_id for row in rows] == [first.pk, second.pk]
+    assert len({row.pk for row in rows}) == 2
+    for row in rows:
+        assert row.call_id == call.pk
+        assert row.payload == '{"type": "call.decided"}'
+        assert row.status == Status.PENDING
+        assert row.created_at == row.next_attempt_at == now
+        assert (row.attempts, row.lease_until, row.delivered_at) == (0, None, None)
+
+
+def test_a_run_is_read_in_its_order_with_its_channel_and_only_while_pending() -> None:
+    channel = webhook_channel(HOOK)
+    agent = holding_agent()
+    for _ in range(3):
+        held(agent)
+    first, second, third = Notification.objects.order_by("created_at")
+    Notification.objects.filter(pk=second.pk).update(status=Status.DELIVERED)
+    read = notifications_run_read(notification_ids=[third.pk, second.pk, first.pk, uuid.uuid4()])
+    assert read is not None
+    got_channel, run = read
+    assert [message.pk for message in run] == [third.pk, first.pk]
+    assert (got_channel.pk, got_channel.kind, got_channel.target, got_channel.secret) == (
+        channel.pk,
+        "webhook",
+        HOOK,
+        SECRET,
+    )
+    message = run[1]
+    assert (message.call_id, message.event, message.payload) == (
+        first.call_id,
+        first.event,
+        first.payload,
+    )
+    assert (message.created_at, message.attempts) == (first.created_at, 0)
+    assert notifications_run_read(notification_ids=[second.pk]) is None
+
+
+def test_attempts_are_kept_and_end_their_messages_while_pending() -> None:
+    webhook_channel(HOOK)
+    agent = holding_agent()
+    held(agent), held(agent), held(agent)
+    delivered, retried, taken_by_another = Notification.objects.order_by("created_at")
+    Notification.objects.filter(pk=taken_by_another.pk).update(status=Status.DELIVERED)
+    now = timezone.now()
+    later = now + timedelta(seconds=7)
+    Notification.objects.update(lease_until=now + timedelta(seconds=30))
+
+    def end(message: Notification, ok: bool, next_at: object = None) -> AttemptEnd:
+        return AttemptEnd(
+            notification_id=message.pk,
+            at=now,
+            duration_ms=12,
+            ok=ok,
+            status_code=204 if ok else 503,
+            error="" if ok else "HTTP 503",
+            status=Status.DELIVERED if ok else Status.PENDING,
+            attempts=1,
+            next_attempt_at=None if ok else later,
+            delivered_at=now if ok else None,
+        )
+
+    with transaction.atomic():
+        notification_attempts_end(
+            ends=[end(delivered, True), end(retried, False), end(taken_by_another, False)]
+        )
+    delivered.refresh_from_db()
+    assert (delivered.status, delivered.attempts, delivered.delivered_at) == (
+        Status.DELIVERED,
+        1,
+        now,
+    )
+    assert delivered.next_attempt_at == delivered.created_at  # as it was
+    assert delivered.lease_until is None
+    retried.refresh_from_db()
+    assert (retried.status, retried.attempts, retried.next_attempt_at) == (
+        Status.PENDING,
+        1,
+        later,
+    )
+    assert (retried.lease_until, retried.delivered_at) == (None, None)
+    taken_by_another.refresh_from_db()
+    assert (taken_by_another.status, taken_by_another.attempts) == (Status.DELIVERED, 0)
+    attempts = {
+        attempt.notification_id: attempt for attempt in DeliveryAttempt.objects.order_by("pk")
+    }
+    assert len(attempts) == 3  # every attempt kept, that of a message another loop ended too
+    assert (attempts[delivered.pk].ok, attempts[delivered.pk].status_code) == (True, 204)
+    assert attempts[retried.pk].error == "HTTP 503"
+    assert attempts[retried.pk].at == now
+    assert attempts[retried.pk].duration_ms == 12
