@@ -466,12 +466,21 @@ def _viewer(user_id: int) -> User | None:
     return user if user is not None and may_view(user) else None
 
 
+def _ascii(html: str) -> str:
+    """``html`` with every non-ASCII character written as a character reference, which every
+    part of a pushed page decodes (text, attributes, ``textarea``; pushes hold no script).
+    A push is rendered once and sent to every socket of its view, each send encoding it to
+    UTF-8 again: an ASCII string is copied, any other transcoded, and with one "·" in a 55 KB
+    queue that was 0.25 ms a socket, 75 ms for 300 of them."""
+    return html if html.isascii() else html.encode("ascii", "xmlcharrefreplace").decode("ascii")
+
+
 def _queue_html(user_id: int) -> str | None:
     user = _viewer(user_id)
     if user is None:
         return None
     queue = queue_for_user(user=user)
-    return render_to_string("approvals/queue.html#queue", {"queue": queue, "oob": True})
+    return _ascii(render_to_string("approvals/queue.html#queue", {"queue": queue, "oob": True}))
 
 
 def _call_html(user_id: int, call_id: uuid.UUID) -> str | None:
@@ -485,7 +494,9 @@ def _call_html(user_id: int, call_id: uuid.UUID) -> str | None:
         return ""
     context = {"page": page, "oob": True}
     parts = ["live", "audit"] if page.show_form else ["live", "audit", "decide"]
-    return "".join(render_to_string(f"approvals/call.html#{part}", context) for part in parts)
+    return _ascii(
+        "".join(render_to_string(f"approvals/call.html#{part}", context) for part in parts)
+    )
 
 
 _session_expiry_async = page_database(_session_expiry)

@@ -11,6 +11,7 @@ session or an expired one ends the socket; one socket past the person's cap gets
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 import uuid
 from datetime import timedelta
@@ -176,6 +177,25 @@ async def test_connect_sends_the_whole_queue_rendered_for_this_person(agent: Age
     assert rows(html, "mine") == [str(held.pk)]
     assert "USD 1,250.00" in html
     assert await communicator.receive_nothing(0.2)
+    await communicator.disconnect()
+
+
+async def test_the_queue_is_pushed_as_ascii_that_reads_as_the_page_does() -> None:
+    """Every socket encodes the push again: ASCII costs it a copy, anything else a
+    transcoding. Non-ASCII text arrives as character references, read as the same text."""
+    await sync_to_async(rule_make, thread_sensitive=True)(
+        line="big: pay arg=amount max USD 500.00 -> gate"
+    )
+    zoe = await sync_to_async(agent_make, thread_sensitive=True)(name="zoë-bot", principal="zoë")
+    await submit(zoe)
+    _, cookie = await logged_in("alice")
+    communicator = await opened(QUEUE, cookie)
+    pushed = await text(communicator)
+    assert pushed.isascii()
+    assert "zo&#235;" in pushed
+    shown = html.unescape(pushed)
+    assert '<span class="agent">zoë-bot</span>' in shown
+    assert 'data-title="(1) Queue · Countersign"' in shown
     await communicator.disconnect()
 
 
