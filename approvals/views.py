@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.forms import HistoryFilterForm, history_page, posted_arguments
 from approvals.models import Approval
+from approvals.notify import local_pushes_settle
 from approvals.querystring import BadQuery, checks_own_query, query_refused, single_values
 from approvals.selectors.call_page import call_page
 from approvals.selectors.deciders import DECIDE_PERMISSION, may_view
@@ -145,6 +146,8 @@ def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpR
             content_type="text/plain",
         )
     if request.htmx:  # type: ignore[attr-defined]
+        # Rendering the answer holds the GIL for milliseconds: the waiting agent first.
+        local_pushes_settle()
         return _render_call(request, call_id)
     return HttpResponseRedirect(f"/calls/{call_id}/", status=303)
 

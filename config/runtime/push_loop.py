@@ -52,7 +52,7 @@ def push_from_sync(
     To the in-memory layer's receivers' loop without waiting: the loop starts handed work
     in the order it was handed, and an in-memory send never suspends, so each push is whole
     before the next starts. Elsewhere, wait until it is done."""
-    loop = layer.receivers_loop if isinstance(layer, ThrottledInMemoryChannelLayer) else None
+    loop = _receivers_loop(layer)
     if uses_stock(Stock.PUSH_LOOP):
         async_to_sync(send)(*args, **kwargs)
     elif loop is not None and not loop.is_closed():
@@ -71,3 +71,32 @@ def _start(loop: asyncio.AbstractEventLoop, push: Coroutine[Any, Any, None]) -> 
     task = loop.create_task(push)
     _handed.add(task)
     task.add_done_callback(_handed.discard)
+
+
+def _receivers_loop(layer: BaseChannelLayer) -> asyncio.AbstractEventLoop | None:
+    loop = layer.receivers_loop if isinstance(layer, ThrottledInMemoryChannelLayer) else None
+    return loop if loop is not None and not loop.is_closed() else None
+
+
+# A push handed to the receivers' loop reaches a socket in a few turns of it: the push's own
+# task, the receive's, the consumer's wait for it, and its handler's send.
+SETTLE_TURNS = 4
+SETTLE_TIMEOUT = 0.05  # seconds; the pushes are hints, the writer goes on regardless
+
+
+def pushes_settle(layer: BaseChannelLayer) -> None:
+    """Wait (briefly) until this process's receivers have taken the pushes handed to them so
+    far, before work that would hold the GIL their loop needs to send them."""
+    loop = _receivers_loop(layer)
+    if loop is None or uses_stock(Stock.PUSH_LOOP):
+        return
+
+    async def turns() -> None:
+        for _ in range(SETTLE_TURNS):
+            await asyncio.sleep(0)
+
+    settled = asyncio.run_coroutine_threadsafe(turns(), loop)
+    try:
+        settled.result(SETTLE_TIMEOUT)
+    except TimeoutError:
+        settled.cancel()
