@@ -32,6 +32,7 @@ return tonumber(oldest) + window - now
 
 
 REDIS_TIMEOUT = 2.0  # seconds
+RATE_KEY_PREFIX = "countersign:rate:"
 
 
 class Limiter(Protocol):
@@ -78,7 +79,7 @@ class RedisLimiter:
         now = time.time() * 1000  # wall clock: shared by every worker on every host
         try:
             wait = self._script(
-                keys=[f"countersign:rate:{key}"],
+                keys=[f"{RATE_KEY_PREFIX}{key}"],
                 args=[now, self.window_ms, self.limit, f"{now}:{uuid.uuid4().hex}"],
             )
         except redis.RedisError as error:

@@ -5,12 +5,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
+from django.conf import settings as django_settings
 from django.core.management.commands import flush
 from django.db import connections
 
+from approvals.presence import PREFIX as PRESENCE_PREFIX
 from approvals.queries.audit_entries import guard_create, guard_drop
+from approvals.ratelimit import RATE_KEY_PREFIX
 from config.runtime.push_loop import push_loop
 
 
@@ -45,6 +49,21 @@ def _a_channel_layer_of_its_own(settings: Any) -> Iterator[None]:
     layer = get_channel_layer()
     if isinstance(layer, RedisChannelLayer):
         asyncio.run_coroutine_threadsafe(layer.close_pools(), push_loop()).result(timeout=10)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_redis_state_from_an_earlier_run() -> None:
+    """What an earlier run left in the Redis of ``REDIS_URL`` under Countersign's own keys is
+    gone: the rate limiter's sliding logs are keyed by agent id, and the databases of every
+    run number their agents from 1, so a run within a minute of another was refused with
+    ``429``; presence records likewise."""
+    if not django_settings.REDIS_URL:
+        return
+    with redis.Redis.from_url(django_settings.REDIS_URL) as client:
+        for pattern in (f"{RATE_KEY_PREFIX}*", f"{PRESENCE_PREFIX}*"):
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            if keys:
+                client.delete(*keys)
 
 
 @pytest.fixture(autouse=True, scope="session")
