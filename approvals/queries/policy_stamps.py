@@ -7,27 +7,31 @@ from django.db import connection
 from approvals.models import PolicyStamp
 from approvals.queries import sql
 
-# The stamp, and how many of the triggers that renew it (migration 0004: one per table on
-# PostgreSQL, one per table and event on SQLite, for the four policy tables) are there and
-# enabled. The catalogs are the databases' own, hence their names typed here.
+# The stamp, and how many of the triggers that renew it are there and enabled: one per table
+# on PostgreSQL, one per table and event on SQLite, for the four policy tables (migration
+# 0004) and the notification channels (0011). The catalogs are the databases' own, hence
+# their names typed here.
 _SQLITE = sql.statement(
     r"""
 SELECT {S.stamp}, (SELECT count(*) FROM sqlite_master
-                   WHERE type = 'trigger' AND name LIKE 'countersign\_policy\_%' ESCAPE '\')
+                   WHERE type = 'trigger'
+                   AND (name LIKE 'countersign\_policy\_%' ESCAPE '\'
+                        OR name LIKE 'countersign\_channels\_%' ESCAPE '\'))
 FROM {S} WHERE {S.id} = 1
 """,
     S=PolicyStamp,
 )
-_SQLITE_TRIGGERS = 12
+_SQLITE_TRIGGERS = 15
 _POSTGRESQL = sql.statement(
     """
 SELECT {S.stamp}, (SELECT count(*) FROM pg_trigger
-                   WHERE tgname = 'countersign_policy_changed' AND tgenabled <> 'D')
+                   WHERE tgname IN ('countersign_policy_changed', 'countersign_channels_changed')
+                   AND tgenabled <> 'D')
 FROM {S} WHERE {S.id} = 1
 """,
     S=PolicyStamp,
 )
-_POSTGRESQL_TRIGGERS = 4
+_POSTGRESQL_TRIGGERS = 5
 
 
 def policy_stamp_read() -> int | None:

@@ -212,21 +212,29 @@ def test_every_kind_of_write_to_a_policy_table_renews_the_stamp(agent: Agent, ta
 
 
 @contextmanager
-def one_trigger_gone() -> Iterator[None]:
-    """As a later migration that rebuilds the cap-rule table would leave it (SQLite drops a
-    table's triggers with it), or as an admin who disables one would."""
+def one_trigger_gone(table: str = "approvals_caprule") -> Iterator[None]:
+    """As a later migration that rebuilds ``table`` would leave it (SQLite drops a table's
+    triggers with it), or as an admin who disables one would."""
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
-            name = "countersign_policy_approvals_caprule_update"
-            cursor.execute("SELECT sql FROM sqlite_master WHERE name = %s", [name])
-            (sql,) = cursor.fetchone()
+            cursor.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = %s"
+                " AND name LIKE '%%update'",
+                [table],
+            )
+            (name, sql) = cursor.fetchone()
             cursor.execute(f"DROP TRIGGER {name}")
             try:
                 yield
             finally:
                 cursor.execute(sql)
         else:
-            toggle = "ALTER TABLE approvals_caprule {} TRIGGER countersign_policy_changed"
+            cursor.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+                [table],
+            )
+            (name,) = cursor.fetchone()
+            toggle = f"ALTER TABLE {table} {{}} TRIGGER {name}"
             cursor.execute(toggle.format("DISABLE"))
             try:
                 yield
@@ -241,6 +249,16 @@ def test_with_a_trigger_missing_every_call_reads_the_policy(agent: Agent) -> Non
         assert policy_reads(lambda: submit(agent)) != []
         CapRule.objects.filter(name_folded="per-payment").update(line=LOWER_CAP)
         assert submit(agent, "50.00") == "pending"
+    assert policy_stamp_read() is not None
+
+
+def test_with_a_notification_channels_trigger_missing_the_stamp_cannot_vouch(
+    agent: Agent,
+) -> None:
+    """The enabled channels are cached under the same stamp (services.notifications)."""
+    submit(agent)
+    with one_trigger_gone("approvals_notificationchannel"):
+        assert policy_stamp_read() is None
     assert policy_stamp_read() is not None
 
 
