@@ -146,6 +146,10 @@ class Deliverer:
         self.wake = asyncio.Event()
         # Set by a commit that wrote messages: the next claim need not look first.
         self.written = False
+        # Set by the first commit's poke until the loop takes the wake up at its next claim:
+        # the commits meanwhile need not hop to the event loop again (under load, one
+        # wake per run instead of one per commit; the hop cost a submission 0.2 ms of CPU).
+        self.poked = False
         self.stopping = False
         self.threads = settings.COUNTERSIGN_NOTIFY_THREADS
         self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="notify")
@@ -156,7 +160,12 @@ class Deliverer:
         self.task: asyncio.Task[None] | None = None
 
     def poke(self) -> None:
-        """Wake the loop after a commit that wrote messages; from any thread."""
+        """Wake the loop after a commit that wrote messages; from any thread. A claim that
+        has not yet begun reads what this commit wrote: the loop clears ``poked`` before it
+        claims."""
+        if self.poked:
+            return
+        self.poked = True
         if not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._written)
 
@@ -174,7 +183,7 @@ class Deliverer:
         free = self.threads - len(self.busy)
         if free <= 0 or self.stopping:
             return
-        look, self.written = not self.written, False
+        look, self.written, self.poked = not self.written, False, False
         claim = functools.partial(
             notifications_claim_due, channels=free, busy=frozenset(self.busy), look=look
         )

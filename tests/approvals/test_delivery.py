@@ -270,6 +270,43 @@ def test_a_dead_receiver_delays_no_other_channel(settings: Any) -> None:
     assert not refused.filter(ok=True).exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_commits_before_a_claim_wake_the_loop_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each commit that wrote messages pokes the loop; until the loop claims, a hop to it is
+    pending already, and the claim reads what those commits wrote."""
+    loop = asyncio.new_event_loop()
+    deliverer = Deliverer(loop)
+    hops: list[object] = []
+    hop = loop.call_soon_threadsafe
+
+    def counted(callback: Any, *args: Any) -> Any:
+        if callback == deliverer._written:
+            hops.append(callback)
+        return hop(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    try:
+        with http_receiver() as receiver:
+            webhook_channel(receiver.url)
+            agent = holding_agent()
+            for _ in range(3):
+                held(agent)
+                deliverer.poke()
+            assert len(hops) == 1
+            loop.run_until_complete(asyncio.sleep(0))  # the hop: the loop is told
+            assert deliverer.written
+            loop.run_until_complete(deliverer._claim_and_send())
+            got = receiver.wait_for(3)
+            held(agent)
+            deliverer.poke()  # after the claim: the loop is woken again
+            assert len(hops) == 2
+        assert len(got) == 3
+    finally:
+        deliverer.pool.shutdown(wait=True)
+        deliverer.control.shutdown(wait=True)
+        loop.close()
+
+
 def test_a_claim_takes_a_run_of_each_channels_messages_and_skips_busy_channels() -> None:
     with http_receiver() as receiver:
         first, second = webhook_channel(receiver.url + "/1"), webhook_channel(receiver.url + "/2")
