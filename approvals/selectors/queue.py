@@ -37,8 +37,19 @@ if TYPE_CHECKING:
 QUEUE_SECTION_LIMIT = 50
 
 
+class _Fields:
+    """Fields read by name, as Django's templates read them: a template variable tries
+    ``row[name]`` before ``row.name``. Answering it spares each of a row's twenty lookups a
+    ``TypeError`` raised and caught, a seventh of rendering the queue."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> object:
+        return getattr(self, name)
+
+
 @dataclass(frozen=True, slots=True)
-class QueueRow:
+class QueueRow(_Fields):
     """One pending call as its row shows it. Its texts are clipped and formatted here, once,
     with the pages' own filters: the template only places them (a filter in the template
     costs as much again as the value it formats, and a row has a dozen)."""
@@ -63,7 +74,7 @@ class QueueRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Queue:
+class Queue(_Fields):
     """The pending calls as one person sees them: those they may decide (and have not yet),
     oldest first, then the others, read-only. Sections hold at most ``QUEUE_SECTION_LIMIT``
     rows; the counts are exact."""
