@@ -111,7 +111,7 @@ def pushes_together() -> Iterator[None]:
 
 
 def _send_now(pushes: list[Push]) -> None:
-    """Send, and wait until sent (so one writer's pushes keep their order)."""
+    """Send, one writer's pushes in order (``push_from_sync``)."""
     layer = get_channel_layer()
     if layer is None or not pushes:
         return

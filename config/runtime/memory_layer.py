@@ -1,6 +1,6 @@
 """The embedded default's channel layer: Channels' in-memory one, scanning for expired
 entries at most once a second, and knowing the event loop its receivers are on (where
-``push_loop.push_from_sync`` hands synchronous writers' pushes).
+``push_loop.push_from_sync`` hands synchronous writers' pushes), if any.
 
 ``COUNTERSIGN_STOCK=layer`` uses Channels' ``InMemoryChannelLayer`` instead
 (config/runtime/README.md).
@@ -30,12 +30,13 @@ class ThrottledInMemoryChannelLayer(InMemoryChannelLayer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._next_clean = 0.0
-        # The loop of the latest receiver to make its channel; its queues' waiters are there.
+        # The loop of the latest receiver to join a group, where the receivers wait on their
+        # queues; None: nobody has joined one, so a group send has nobody to reach.
         self.receivers_loop: asyncio.AbstractEventLoop | None = None
 
-    async def new_channel(self, prefix: str = "specific.") -> str:
+    async def group_add(self, group: str, channel: str) -> None:
         self.receivers_loop = asyncio.get_running_loop()
-        return await super().new_channel(prefix)
+        await super().group_add(group, channel)
 
     def _clean_expired(self) -> None:
         now = time.monotonic()

@@ -51,14 +51,20 @@ def push_from_sync(
 
     To the in-memory layer's receivers' loop without waiting: the loop starts handed work
     in the order it was handed, and an in-memory send never suspends, so each push is whole
-    before the next starts. Elsewhere, wait until it is done."""
-    loop = _receivers_loop(layer)
+    before the next starts. Not at all while no receiver has joined a group of that layer:
+    a group send would reach nobody. Elsewhere, wait until it is done."""
     if uses_stock(Stock.PUSH_LOOP):
         async_to_sync(send)(*args, **kwargs)
-    elif loop is not None and not loop.is_closed():
-        loop.call_soon_threadsafe(_start, loop, send(*args, **kwargs))
+    elif isinstance(layer, ThrottledInMemoryChannelLayer):
+        loop = layer.receivers_loop
+        if loop is None:
+            return
+        if loop.is_closed():  # its receivers are gone; async_to_sync finds a running loop
+            async_to_sync(send)(*args, **kwargs)
+        else:
+            loop.call_soon_threadsafe(_start, loop, send(*args, **kwargs))
     elif isinstance(layer, InMemoryChannelLayer):
-        # No receiver yet, or the stock layer: async_to_sync finds the server's loop.
+        # Channels' own: its queues belong to the server's loop, which async_to_sync finds.
         async_to_sync(send)(*args, **kwargs)
     else:
         asyncio.run_coroutine_threadsafe(send(*args, **kwargs), push_loop()).result()
@@ -73,11 +79,6 @@ def _start(loop: asyncio.AbstractEventLoop, push: Coroutine[Any, Any, None]) -> 
     task.add_done_callback(_handed.discard)
 
 
-def _receivers_loop(layer: BaseChannelLayer) -> asyncio.AbstractEventLoop | None:
-    loop = layer.receivers_loop if isinstance(layer, ThrottledInMemoryChannelLayer) else None
-    return loop if loop is not None and not loop.is_closed() else None
-
-
 # A push handed to the receivers' loop reaches a socket in a few turns of it: the push's own
 # task, the receive's, the consumer's wait for it, and its handler's send.
 SETTLE_TURNS = 4
@@ -87,8 +88,8 @@ SETTLE_TIMEOUT = 0.05  # seconds; the pushes are hints, the writer goes on regar
 def pushes_settle(layer: BaseChannelLayer) -> None:
     """Wait (briefly) until this process's receivers have taken the pushes handed to them so
     far, before work that would hold the GIL their loop needs to send them."""
-    loop = _receivers_loop(layer)
-    if loop is None or uses_stock(Stock.PUSH_LOOP):
+    loop = layer.receivers_loop if isinstance(layer, ThrottledInMemoryChannelLayer) else None
+    if loop is None or loop.is_closed() or uses_stock(Stock.PUSH_LOOP):
         return
 
     async def turns() -> None:

@@ -130,10 +130,10 @@ def test_two_approvers_at_once_produce_one_outcome_and_one_notification(
     call = held_call()
     pushed: list[str] = []
 
-    async def record(layer: object, pushes: list[notify.Push]) -> None:
+    def record(pushes: list[notify.Push]) -> None:
         pushed.extend(message["call"]["status"] for _, message in pushes)
 
-    monkeypatch.setattr(notify, "_send", record)
+    monkeypatch.setattr(notify, "_send_now", record)
     users = [user_make(username="alice"), user_make(username="bob")]
     outcomes: list[str] = []
     start = threading.Barrier(2)

@@ -1,6 +1,7 @@
 """Pushes to Redis from synchronous code outside the server (a management command, plain
 threads) share one event loop and its connection pool, and all arrive; the in-memory layer's
-are handed to its receivers' loop, in order, without the writer waiting; Channels' own
+are handed to its receivers' loop, in order, without the writer waiting (or not sent while
+no receiver has joined a group); Channels' own
 in-memory layer's, and every push when switched to stock, go through ``async_to_sync``."""
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def test_the_in_memory_layer_is_pushed_to_on_its_receivers_loop_in_order_without
 ) -> None:
     settings.COUNTERSIGN_STOCK = frozenset()
     layer = ThrottledInMemoryChannelLayer()
-    asyncio.run_coroutine_threadsafe(layer.new_channel(), receivers_loop).result(PROMPTLY)
+    joined = layer.group_add("watchers", "specific.watcher")
+    asyncio.run_coroutine_threadsafe(joined, receivers_loop).result(PROMPTLY)
     pushed: list[tuple[int, asyncio.AbstractEventLoop]] = []
     go_on = threading.Event()
 
@@ -141,11 +143,11 @@ def test_the_in_memory_layer_is_pushed_to_on_its_receivers_loop_in_order_without
     assert pushed == [(1, receivers_loop), (2, receivers_loop)]
 
 
-def test_the_in_memory_layer_with_no_receiver_yet_is_pushed_to_through_async_to_sync(
+def test_the_in_memory_layer_with_no_receiver_in_any_group_is_not_pushed_to(
     settings: Any,
 ) -> None:
     settings.COUNTERSIGN_STOCK = frozenset()
-    assert push_loop() not in _loops_of_two_pushes(ThrottledInMemoryChannelLayer())
+    assert _loops_of_two_pushes(ThrottledInMemoryChannelLayer()) == []
 
 
 def test_pushes_settle_once_the_receivers_have_taken_them(
@@ -176,7 +178,8 @@ def test_pushes_settle_gives_up_on_a_busy_loop_and_without_receivers(
     settings.COUNTERSIGN_STOCK = frozenset()
     layer = ThrottledInMemoryChannelLayer()
     pushes_settle(layer)  # no receiver yet: nothing to wait for
-    asyncio.run_coroutine_threadsafe(layer.new_channel(), receivers_loop).result(PROMPTLY)
+    joined = layer.group_add("watchers", "specific.watcher")
+    asyncio.run_coroutine_threadsafe(joined, receivers_loop).result(PROMPTLY)
     go_on = threading.Event()
     receivers_loop.call_soon_threadsafe(go_on.wait, PROMPTLY)  # the loop, busy
     pushes_settle(layer)
