@@ -62,7 +62,11 @@ def push_from_sync(
         if loop.is_closed():  # its receivers are gone; async_to_sync finds a running loop
             async_to_sync(send)(*args, **kwargs)
         else:
-            loop.call_soon_threadsafe(_start, loop, send(*args, **kwargs))
+            push = send(*args, **kwargs)
+            try:
+                loop.call_soon_threadsafe(_start, loop, push)
+            except RuntimeError:  # closed meanwhile (the server stopping): a hint lost
+                push.close()
     elif isinstance(layer, InMemoryChannelLayer):
         # Channels' own: its queues belong to the server's loop, which async_to_sync finds.
         async_to_sync(send)(*args, **kwargs)
