@@ -32,7 +32,7 @@ from capcore.strictjson import lookup
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-# A queue section shows at most this many rows (its count is still exact). A row costs ~0.15
+# A queue section shows at most this many rows (its count is still exact). A row costs ~0.14
 # ms to render, and the page must be served in 50 ms (p99) with both sections full.
 QUEUE_SECTION_LIMIT = 50
 
