@@ -4,26 +4,30 @@ The value a cap reads, the value an approver sees and the value the tool decodes
 the same value, so anything a lenient parser would resolve one way and another parser another
 way (duplicate names, case-variant names, lone surrogates, NaN, trailing data) is refused.
 
-Built on the standard library's C-accelerated decoder with hooks. The two checks it has no
-hook for (nesting depth, lone surrogates inside strings) walk the parsed tree only when a
-cheap scan of the text says they could fail.
+Two readers, one result. The fast reader: jiter (native code) parses the document once,
+without its duplicate-key check (which costs it half again); one walk of the tree, a loop per
+level, turns jiter's numbers into ``JSONNumber`` (the exact text: an integer's ``str`` is its
+literal, a lossless float keeps its own), counts the levels and gathers the containers. Two
+cheap facts then vouch for the names. The objects hold as many members as the text has
+colons outside strings: every member has one, and jiter keeps one member per repeated name,
+so a duplicate leaves a colon over (the colons inside strings are counted in the tree's
+strings, in C, only when the text has more colons than members). And no two distinct names
+of the whole document casefold alike, so no two of one object do.
 
-The duplicate and case-variant check is a Python hook called once per object, which is most
-of the cost of a document with many objects. For those, jiter (native code) parses the
-casefolded text with its duplicate-key check instead: without ``\\u`` escapes, casefolding
-changes letters only, so the casefolded document has the same objects, each name becomes its
-casefold, and two names fold together exactly when they collide there. The value itself
-still comes from the standard decoder, without the hook. Whatever the fast path cannot
-vouch for (any failure of either parser, any ``\\u`` escape) is read again by the hooked
-path, which gives the reason: both paths accept the same documents with the same values.
+Whatever the fast reader cannot vouch for is read by the hooked reader: the standard
+library's C decoder with a hook per object for the names, numbers as ``JSONNumber``. It gives
+the reason of a refusal, so both readers accept the same documents with the same values.
+Depth and lone surrogates have no hook: the hooked reader walks the parsed tree only when a
+cheap scan of the text says they could fail, and the escaped-surrogate scan guards both
+readers' values.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, NoReturn
 
 import jiter
 
@@ -48,18 +52,26 @@ _JSON_BLANKS = " \t\n\r"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
+# Below this many objects the per-object hook costs less than the fast reader's walk (bench/).
+# The tests set it to 0 and to 10**9 to run every case through each reader.
+FAST_READER_FROM_OBJECTS = 3
+
 
 def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         raise ArgsNotStrict(DUPLICATE_NAME)
-    if len(obj) > 1:
-        # casefold works code point by code point, so when the joined names are already
-        # casefolded, no two of them can fold together: the common case costs one pass in C.
-        names = "\x00".join(obj)
-        if names.casefold() != names and len(set(map(str.casefold, obj))) != len(obj):
-            raise ArgsNotStrict(CASE_VARIANT_NAMES)
+    if len(obj) > 1 and _names_fold_together(obj):
+        raise ArgsNotStrict(CASE_VARIANT_NAMES)
     return obj
+
+
+def _names_fold_together(names: Collection[str]) -> bool:
+    """Two of ``names`` (distinct strings) have the same casefold. casefold works code point
+    by code point, so when the joined names are already casefolded, none can: the common case
+    costs one pass in C."""
+    joined = "\x00".join(names)
+    return joined.casefold() != joined and len(set(map(str.casefold, names))) != len(names)
 
 
 def _refuse_constant(_name: str) -> NoReturn:
@@ -72,11 +84,20 @@ _DECODER = json.JSONDecoder(
     parse_int=JSONNumber,
     parse_constant=_refuse_constant,
 )
-_UNHOOKED_DECODER = json.JSONDecoder(
-    parse_float=JSONNumber, parse_int=JSONNumber, parse_constant=_refuse_constant
-)
-# Below this many objects the per-object hook costs less than a second parse (bench/).
-FOLDED_CHECK_FROM_OBJECTS = 3
+
+# jiter reads the literal -0 as the integer 0, whose str is "0": a document with a 0 and this
+# (also found in strings: "-0" before a delimiter) takes the hooked reader.
+_NEGATIVE_ZERO = re.compile(rb"-0(?![.0-9eE])")
+# Small non-negative integers are most of the numbers of tool arguments: their JSONNumber is
+# made once (str() and JSONNumber() per number cost as much as the rest of the walk).
+_SMALL_INTS = tuple(JSONNumber(str(n)) for n in range(1024))
+# Longer integers take the hooked reader: str() of a long int costs quadratic time, and
+# sys.set_int_max_str_digits can refuse it.
+_INT_LIMIT = 10**18
+
+
+class _Unvouched(Exception):
+    """Raised and caught inside the fast reader: the hooked reader must decide."""
 
 
 def _utf8(data: bytes) -> str | None:
@@ -109,25 +130,95 @@ def _text(data: bytes | str) -> str:
     return text
 
 
-def _decode_folded(text: str) -> object | None:
-    """The value, when the fast path can vouch for it; ``None`` when the hooked path must
-    decide (a document with objects in it is never ``null``)."""
-    value: object
+def _exact_numbers(root: dict[str, object] | list[object]) -> tuple[list[dict[str, object]], bool]:
+    """The objects of ``root``, after its numbers were made ``JSONNumber`` in place, and
+    whether an integer was 0 (jiter reads ``-0`` as 0).
+
+    One loop per level (no call per container); raises ``_Unvouched`` for more than
+    ``MAX_DEPTH`` levels or a long integer.
+    """
+    objects: list[dict[str, object]] = []
+    zeros = False
+    level: list[Any] = [root]
+    for _ in range(MAX_DEPTH):
+        below: list[Any] = []
+        for node in level:
+            members: Iterable[tuple[Any, Any]]
+            if type(node) is dict:
+                objects.append(node)
+                members = node.items()
+            else:
+                members = enumerate(node)
+            for key, child in members:
+                kind = type(child)
+                if kind is str:
+                    continue
+                if kind is dict or kind is list:
+                    below.append(child)
+                elif kind is int:
+                    if 0 < child < len(_SMALL_INTS):
+                        node[key] = _SMALL_INTS[child]
+                    elif child == 0:
+                        node[key] = _SMALL_INTS[0]
+                        zeros = True
+                    elif -_INT_LIMIT < child < _INT_LIMIT:
+                        node[key] = JSONNumber(str(child))
+                    else:
+                        raise _Unvouched
+                elif kind is jiter.LosslessFloat:
+                    node[key] = JSONNumber(str(child))
+        if not below:
+            return objects, zeros
+        level = below
+    raise _Unvouched
+
+
+def _colons_in_strings(raw: bytes) -> int:
+    """The colons inside the strings of ``raw``, a valid JSON text. Once the escaped
+    backslashes and then the escaped quotes are gone (left to right, pairing them as a parser
+    does), every quote delimits a string: every other piece between quotes is one."""
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(raw.split(b'"')[1::2]).count(b":")
+
+
+def _read_fast(raw: bytes) -> dict[str, object] | list[object] | None:
+    """The value of the UTF-8 document ``raw``, an object or an array; ``None`` when the
+    hooked reader must decide (anything else, or anything this reader cannot vouch for)."""
     try:
-        jiter.from_json(text.casefold().encode(), catch_duplicate_keys=True, cache_mode="keys")
-        value, end = _UNHOOKED_DECODER.raw_decode(text, _leading_blanks(text))
-    except (ValueError, RecursionError, ArgsNotStrict):
+        value = jiter.from_json(raw, allow_inf_nan=False, float_mode="lossless-float")
+    except ValueError:
         return None
-    if end != len(text) and text[end:].strip(_JSON_BLANKS):
+    if type(value) is not dict and type(value) is not list:
+        return None
+    try:
+        objects, zeros = _exact_numbers(value)
+    except _Unvouched:
+        return None
+    if zeros and b"-0" in raw and _NEGATIVE_ZERO.search(raw):
+        return None
+    # One colon per member: a repeated name, which jiter keeps once, leaves one over. Counting
+    # the colons inside strings costs a split of the text, so only when there are any.
+    members = sum(map(len, objects))
+    colons = raw.count(b":")
+    if members != colons and members != colons - _colons_in_strings(raw):
+        return None
+    if _names_fold_together(set().union(*objects)):
         return None
     return value
 
 
-def _decode(text: str) -> object:
-    if text.count("{") >= FOLDED_CHECK_FROM_OBJECTS and "\\u" not in text:
-        value = _decode_folded(text)
-        if value is not None:
-            return value
+def _has_objects(raw: bytes, count: int) -> bool:
+    """At least ``count`` ``{`` in ``raw`` (searches that stop at the ``count``-th)."""
+    at = -1
+    for _ in range(count):
+        at = raw.find(b"{", at + 1)
+        if at < 0:
+            return False
+    return True
+
+
+def _read_hooked(text: str) -> object:
     failure = None
     try:
         value, end = _DECODER.raw_decode(text, _leading_blanks(text))
@@ -140,6 +231,9 @@ def _decode(text: str) -> object:
         raise ArgsNotStrict(failure)
     if end != len(text) and text[end:].strip(_JSON_BLANKS):
         raise ArgsNotStrict(TRAILING_DATA)
+    # Brackets inside strings count too, so this over-estimates the depth: safe, and cheap.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(value):
+        raise ArgsNotStrict(TOO_DEEP)
     return value
 
 
@@ -179,15 +273,15 @@ def _has_lone_surrogate(value: object) -> bool:
 def strict_loads(data: bytes | str) -> object:
     """One strict JSON value; numbers come back as ``JSONNumber``. Raises ``ArgsNotStrict``."""
     text = _text(data)
-    value = _decode(text)
-    # Brackets inside strings count too, so this over-estimates the depth: safe, and cheap.
-    depth = text.count("[") + text.count("{") > MAX_DEPTH
+    raw = data if type(data) is bytes else text.encode()
+    value: object = None
+    if _has_objects(raw, FAST_READER_FROM_OBJECTS):
+        value = _read_fast(raw)
+    if value is None:
+        value = _read_hooked(text)
     # A correct escaped pair decodes to one code point; a lone escape stays a surrogate.
     # A single-character search first: most documents contain no backslash at all.
-    surrogates = "\\" in text and _ESCAPED_SURROGATE.search(text) is not None
-    if depth and _too_deep(value):
-        raise ArgsNotStrict(TOO_DEEP)
-    if surrogates and _has_lone_surrogate(value):
+    if "\\" in text and _ESCAPED_SURROGATE.search(text) and _has_lone_surrogate(value):
         raise ArgsNotStrict(LONE_SURROGATE)
     return value
 

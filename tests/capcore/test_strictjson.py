@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,14 +28,14 @@ from capcore import strictjson as sj
 Encoder = Callable[[str], "bytes | str"]
 
 
-@pytest.fixture(autouse=True, scope="module", params=["hooked", "folded"])
-def _decoding_path(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test runs once through each path: the per-object hook, and (for every document
-    without a ``\\u`` escape, whatever its size) jiter's check of the casefolded text."""
-    kept = sj.FOLDED_CHECK_FROM_OBJECTS
-    sj.FOLDED_CHECK_FROM_OBJECTS = 10**9 if request.param == "hooked" else 0
+@pytest.fixture(autouse=True, scope="module", params=["hooked", "fast"])
+def _reader(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test runs once through each reader: the hooked one alone, and the fast one (which
+    hands the hooked one whatever it cannot vouch for)."""
+    kept = sj.FAST_READER_FROM_OBJECTS
+    sj.FAST_READER_FROM_OBJECTS = 0 if request.param == "fast" else 10**9
     yield
-    sj.FOLDED_CHECK_FROM_OBJECTS = kept
+    sj.FAST_READER_FROM_OBJECTS = kept
 
 
 def as_str(text: str) -> bytes | str:
@@ -846,14 +847,136 @@ def test_generated_case_variant_names_are_refused(name: str) -> None:
     assert refused(json.dumps({name: 1, variant: 2})) == sj.CASE_VARIANT_NAMES
 
 
+def names_of(value: object) -> set[str]:
+    if type(value) is dict:
+        return set(value).union(*map(names_of, value.values()))
+    if type(value) is list:
+        return set().union(*map(names_of, value))
+    return set()
+
+
+def integers_of(value: object) -> Iterator[int]:
+    if type(value) is int:
+        yield value
+    elif type(value) is dict or type(value) is list:
+        for child in value.values() if type(value) is dict else value:
+            yield from integers_of(child)
+
+
 @given(value=json_values, options=dump_options)
-def test_the_folded_check_vouches_for_documents_without_escapes(
-    value: object, options: dict[str, Any]
+def test_the_fast_reader_vouches_for_what_it_can(value: object, options: dict[str, Any]) -> None:
+    """The fast reader is taken, not merely fallen back from, and reads the same value: for
+    an object or array without names that fold together anywhere in it, without long
+    integers and without text like ``-0`` before a delimiter (colons in strings are fine)."""
+    assume(type(value) is dict or type(value) is list)
+    names = names_of(value)
+    assume(len({name.casefold() for name in names}) == len(names))
+    assume(all(-(10**18) < number < 10**18 for number in integers_of(value)))
+    raw = json.dumps(value, **options).encode("utf-8")
+    assume(not re.search(rb"-0(?![.0-9eE])", raw))
+    assert same(sj._read_fast(raw), as_loaded(value))
+
+
+def test_the_fast_reader_vouches_for_many_objects_with_numbers() -> None:
+    record = {
+        "invoiceId": "INV-2026-00000",
+        "amount": "1250.00",
+        "lineItems": [
+            {"itemId": i, "unitPrice": f"{10 + i}.50", "quantity": 1 + i % 3, "isTaxable": True}
+            for i in range(20)
+        ],
+        "rates": [1.5, -0.25, 12e3, 2048, -3, 10**17],
+    }
+    raw = json.dumps({"records": [record] * 3, "count": 3}, indent=1).encode()
+    expected = json.loads(raw, parse_float=JSONNumber, parse_int=JSONNumber)
+    assert same(sj._read_fast(raw), expected)
+
+
+def hooked_reading(data: bytes | str) -> tuple[str, object]:
+    """What the hooked reader alone makes of ``data``: ``("value", v)`` or ``("refused", c)``."""
+    kept = sj.FAST_READER_FROM_OBJECTS
+    sj.FAST_READER_FROM_OBJECTS = 10**9
+    try:
+        return ("value", strict_loads(data))
+    except ArgsNotStrict as refusal:
+        return ("refused", refusal.category)
+    finally:
+        sj.FAST_READER_FROM_OBJECTS = kept
+
+
+# JSON text that often breaks the rules the fast reader vouches for: repeated and
+# case-variant names, colons in strings and names, -0, long integers, exact number literals,
+# escapes (lone surrogates among them), and nesting deep enough to cross MAX_DEPTH.
+tricky_names = st.sampled_from(["a", "A", "b", "ß", "SS", "ss", "x:y", "", "\\u0041", "\\"])
+tricky_scalars = (
+    st.sampled_from(
+        [
+            "0",
+            "-0",
+            "-0.0",
+            "-0e1",
+            "1",
+            "12.50",
+            "1e3",
+            "1E+3",
+            "-7",
+            "1023",
+            "1024",
+            "999999999999999999",
+            "1000000000000000000",
+            "-999999999999999999",
+            "-1000000000000000000",
+            "123456789012345678901234567890",
+            "true",
+            "false",
+            "null",
+            '"a:b"',
+            '""',
+            '"-0"',
+            '"-0,"',
+            '"\\ud800"',
+            '"\\ud83d\\ude00"',
+            '"\\u003a"',
+            '"\\""',
+            "NaN",
+        ]
+    )
+    | st.integers().map(str)
+    | texts.map(json.dumps)
+)
+
+
+def _array_text(items: list[str]) -> str:
+    return "[" + ",".join(items) + "]"
+
+
+def _object_text(members: list[tuple[str, str]]) -> str:
+    return "{" + ", ".join(f'"{name}": {value}' for name, value in members) + "}"
+
+
+tricky_json = st.recursive(
+    tricky_scalars,
+    lambda children: (
+        st.lists(children, max_size=4).map(_array_text)
+        | st.lists(st.tuples(tricky_names, children), max_size=4).map(_object_text)
+    ),
+    max_leaves=20,
+)
+
+
+@given(document=tricky_json, levels=st.integers(0, MAX_DEPTH + 2), in_bytes=st.booleans())
+def test_the_fast_reader_agrees_with_the_hooked_one(
+    document: str, levels: int, in_bytes: bool
 ) -> None:
-    """The fast path is taken, not merely fallen back from, and reads the same value."""
-    text = json.dumps(value, **options)
-    assume("\\u" not in text and depth_of(value) <= MAX_DEPTH)
-    assert same(sj._decode_folded(text), as_loaded(value))
+    """Whatever the fast reader vouches for, the hooked reader reads to the same value, with
+    the same text for every number; what the hooked reader refuses, the fast one never
+    vouches for."""
+    text = "[" * levels + document + "]" * levels
+    reading = hooked_reading(text.encode() if in_bytes else text)
+    fast = sj._read_fast(text.encode())
+    if fast is not None:
+        assert reading[0] == "value"
+        assert same(fast, reading[1])
 
 
 @given(name=st.text(st.characters(codec="utf-8"), min_size=1, max_size=8), in_list=st.booleans())
