@@ -877,6 +877,37 @@ def test_the_fast_reader_vouches_for_what_it_can(value: object, options: dict[st
     assert same(sj._read_fast(raw), as_loaded(value))
 
 
+def strings_and_names(value: object) -> Iterator[str]:
+    if type(value) is str:
+        yield value
+    elif type(value) is dict:
+        for name, child in value.items():
+            yield name
+            yield from strings_and_names(child)
+    elif type(value) is list:
+        for child in value:
+            yield from strings_and_names(child)
+
+
+colon_texts = st.text(st.sampled_from(':"\\\\/ab\n\u00e9'), max_size=8)
+
+
+@given(
+    value=st.recursive(
+        colon_texts,
+        lambda children: (
+            st.lists(children, max_size=4) | st.dictionaries(colon_texts, children, max_size=4)
+        ),
+        max_leaves=15,
+    ),
+    options=dump_options,
+)
+def test_colons_in_strings_are_counted_exactly(value: object, options: dict[str, Any]) -> None:
+    raw = json.dumps(value, **options).encode("utf-8")
+    expected = sum(text.count(":") for text in strings_and_names(value))
+    assert sj._colons_in_strings(raw) == expected
+
+
 def test_the_fast_reader_vouches_for_many_objects_with_numbers() -> None:
     record = {
         "invoiceId": "INV-2026-00000",
