@@ -92,6 +92,7 @@ def calls_decide_many(request: HttpRequest) -> HttpResponse:
     outcomes = calls_decide(
         user=user, approve=approve, comment=request.POST.get("comment", ""), calls=fields
     )
+    local_pushes_settle()  # the waiting agents first, as for one decision
     report = [
         (str(o.call_id) if o.call_id is not None else o.field[:80], o.decided, o.reason)
         for o in outcomes
@@ -145,9 +146,10 @@ def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpR
             status=error.status,
             content_type="text/plain",
         )
+    # The waiting agent first: answering the approver (rendering the call, or the rest of
+    # the request's way out) holds the GIL that the loop needs to send it the decision.
+    local_pushes_settle()
     if request.htmx:  # type: ignore[attr-defined]
-        # Rendering the answer holds the GIL for milliseconds: the waiting agent first.
-        local_pushes_settle()
         return _render_call(request, call_id)
     return HttpResponseRedirect(f"/calls/{call_id}/", status=303)
 
