@@ -83,6 +83,7 @@ from approvals.presence import (
     waiter_enter,
     waiter_leave,
 )
+from approvals.queue_push import QueuePush, ascii_html, queue_push
 from approvals.selectors.call_page import call_page
 from approvals.selectors.calls import call_for_agent, call_state
 from approvals.selectors.deciders import may_view
@@ -466,21 +467,11 @@ def _viewer(user_id: int) -> User | None:
     return user if user is not None and may_view(user) else None
 
 
-def _ascii(html: str) -> str:
-    """``html`` with every non-ASCII character written as a character reference, which every
-    part of a pushed page decodes (text, attributes, ``textarea``; pushes hold no script).
-    A push is rendered once and sent to every socket of its view, each send encoding it to
-    UTF-8 again: an ASCII string is copied, any other transcoded, and with one "·" in a 55 KB
-    queue that was 0.25 ms a socket, 75 ms for 300 of them."""
-    return html if html.isascii() else html.encode("ascii", "xmlcharrefreplace").decode("ascii")
-
-
-def _queue_html(user_id: int) -> str | None:
+def _queue_push(user_id: int) -> QueuePush | None:
     user = _viewer(user_id)
     if user is None:
         return None
-    queue = queue_for_user(user=user)
-    return _ascii(render_to_string("approvals/queue.html#queue", {"queue": queue, "oob": True}))
+    return queue_push(user_id=user_id, queue=queue_for_user(user=user))
 
 
 def _call_html(user_id: int, call_id: uuid.UUID) -> str | None:
@@ -494,13 +485,13 @@ def _call_html(user_id: int, call_id: uuid.UUID) -> str | None:
         return ""
     context = {"page": page, "oob": True}
     parts = ["live", "audit"] if page.show_form else ["live", "audit", "decide"]
-    return _ascii(
+    return ascii_html(
         "".join(render_to_string(f"approvals/call.html#{part}", context) for part in parts)
     )
 
 
 _session_expiry_async = page_database(_session_expiry)
-_queue_html_async = page_database(_queue_html)
+_queue_push_async = page_database(_queue_push)
 _call_html_async = page_database(_call_html)
 
 
@@ -534,6 +525,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         self._stale_since: float | None = None
         self._pushed_at = -PAGE_PUSH_INTERVAL  # fairness.now()'s clock
         self._renderer: asyncio.Task[None] | None = None
+        self._shown: QueuePush | None = None  # the queue render last sent, if any
         self._session_watch: asyncio.Task[None] | None = None
         self._ended = False
 
@@ -623,14 +615,21 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         if not await self._session_holds(since=since):
             return
         key, render = self._view()
-        html: str | None = await shared(key, render, since=since)
+        rendered: str | QueuePush | None = await shared(key, render, since=since)
         if self.user_id is None:  # ended while rendering
             return
-        if html is None or self._expired():
+        if rendered is None or self._expired():
             await self._end(CLOSE_FORBIDDEN)
-        elif html == "":
+            return
+        if rendered == "":
             await self._end(CLOSE_NOT_FOUND)
-        else:
+            return
+        html = rendered if isinstance(rendered, str) else rendered.text_after(self._shown)
+        if isinstance(rendered, QueuePush):
+            # Before the send's await: sends take their turns in order (fairness.page_send),
+            # so the next push is worked out from this one.
+            self._shown = rendered
+        if html is not None:
             self._pushed_at = now()
             await page_send(lambda: self.send(text_data=html))
 
@@ -688,7 +687,7 @@ class QueueConsumer(_PageConsumer):
     def _view(self) -> tuple[Hashable, Callable[[], Any]]:
         user_id = self.user_id
         assert user_id is not None
-        return ("queue", user_id), lambda: _queue_html_async(user_id)
+        return ("queue", user_id), lambda: _queue_push_async(user_id)
 
 
 class CallPageConsumer(_PageConsumer):

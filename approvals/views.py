@@ -79,8 +79,8 @@ def queue(request: HttpRequest) -> HttpResponse:
 def calls_decide_many(request: HttpRequest) -> HttpResponse:
     """``POST /calls/decide``: one decision per ``call`` field (``<id>:<arguments_sha256>``)
     with one ``verb`` and ``comment`` (docs/ui.md, "Decide many at once"). An htmx request
-    gets the report and the queue; the plain form is redirected to the queue, which shows
-    the report once."""
+    gets the report (the queue's socket brings the rows' changes); the plain form is
+    redirected to the queue, which shows the report once."""
     user = _user(request)
     approve = BATCH_VERBS.get(request.POST.get("verb", ""))
     fields = request.POST.getlist("call")
@@ -98,12 +98,10 @@ def calls_decide_many(request: HttpRequest) -> HttpResponse:
         for o in outcomes
     ]
     if request.htmx:  # type: ignore[attr-defined]
-        context = {
-            "batch": batch_result(approve=approve, outcomes=report),
-            "queue": queue_for_user(user=user),
-            "oob": True,
-        }
-        return render(request, "approvals/queue.html#batch-answer", context)
+        # The report only: the queue's socket is what changes the rows on the page
+        # (approvals.queue_push sends it only the rows that changed since its last push).
+        context = {"batch": batch_result(approve=approve, outcomes=report)}
+        return render(request, "approvals/queue.html#batch-result", context)
     request.session[BATCH_SESSION_KEY] = {"approve": approve, "outcomes": report}
     return HttpResponseRedirect("/", status=303)
 

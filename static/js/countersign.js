@@ -82,8 +82,8 @@
   });
 
   function syncTitle() {
-    var queue = document.getElementById("queue");
-    if (queue && queue.dataset.title) document.title = queue.dataset.title;
+    var head = document.getElementById("queue-head");
+    if (head && head.dataset.title) document.title = head.dataset.title;
   }
 
   // --- Countdowns ----------------------------------------------------------------------------
@@ -219,9 +219,9 @@
   });
 
   // --- Deciding many at once (the queue) -------------------------------------------------------
-  // A push replaces the whole queue, checkboxes included: the selection is kept here, by each
-  // checkbox's value (<call id>:<digest of the arguments shown>), and applied again after each
-  // push. A selected call that left the queue meanwhile (another approver decided it), or whose
+  // A push replaces changed rows, checkboxes included, or the whole queue: the selection is
+  // kept here, by each checkbox's value (<call id>:<digest of the arguments shown>), and applied
+  // again after each push. A selected call that left the queue meanwhile (another approver decided it), or whose
   // arguments were edited (its row now carries a new digest), stays selected as a hidden field
   // with the digest that was shown: the server then reports why it was not decided, and never
   // decides arguments nobody saw.
@@ -300,7 +300,8 @@
     if (part && document.activeElement !== part) part.focus({ preventScroll: true });
   }
 
-  // After a batch: its report is shown and the queue comes with it; start afresh.
+  // After a batch: its report is shown (the decided rows leave with the socket's next push);
+  // start afresh.
   document.addEventListener("htmx:afterRequest", function (event) {
     var form = event.detail.elt;
     if (!form || form.id !== "batch" || !event.detail.successful) return;

@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
-from approvals.consumers import _call_html, _queue_html, _session_expiry
+from approvals.consumers import _call_html, _queue_push, _session_expiry
 from approvals.models import Agent, Call, Ledger, LedgerEntry
 from approvals.selectors.call_page import call_page
 from approvals.selectors.ledgers import ledger_spent
@@ -200,9 +200,9 @@ def test_the_queue_socket_render(
         with django_assert_max_num_queries(SESSION_CHECK_QUERIES):
             assert _session_expiry(key, world.alice.pk) is not None
         with django_assert_max_num_queries(QUEUE_PUSH_QUERIES):
-            html = _queue_html(world.alice.pk)
-        assert html is not None
-        assert len(queue_rows(html)) == len(world.pending)
+            pushed = _queue_push(world.alice.pk)
+        assert pushed is not None
+        assert len(queue_rows(pushed.whole)) == len(world.pending)
 
 
 # --- the history ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import asyncio
 import html
 import re
 import uuid
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +29,7 @@ from django.utils import timezone
 
 from approvals import consumers, notify
 from approvals.models import Agent, Call, Gate
+from approvals.queue_push import QueuePush
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import calls_expire_due
 from config.asgi import application
@@ -125,6 +127,61 @@ async def assert_closed(communicator: WebsocketCommunicator, code: int) -> None:
     await communicator.disconnect(code)
 
 
+_ROW = re.compile(r'<li id="call-([0-9a-f-]{36})"[^>]*>.*?</li>', re.DOTALL)
+_DELETE = re.compile(r'<li id="call-([0-9a-f-]{36})" hx-swap-oob="delete"></li>')
+_APPEND = re.compile(r'<ol hx-swap-oob="beforeend:#(mine|others)">(.*?)</ol>', re.DOTALL)
+_HEAD = re.compile(
+    r'<(div|h2|p) [^>]*id="(queue-head|mine-title|others-title|mine-more|others-more)".*?</\1>',
+    re.DOTALL,
+)
+
+
+class ShownQueue:
+    """The queue's rows and heads as a browser shows them after applying each push as htmx's
+    out-of-band swaps do: the whole queue, or deletes, replacements by id and appends."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple[str, str]]] = {"mine": [], "others": []}
+        self.heads: dict[str, str] = {}
+
+    def apply(self, message: str) -> str:
+        """Apply ``message``; the page as HTML (the heads, then each section's rows)."""
+        if message.lstrip().startswith('<section id="queue"'):
+            for name in self.rows:
+                start = message.find(f'id="{name}"')
+                part = "" if start < 0 else message[start : message.find("</ol>", start)]
+                self.rows[name] = [(m[1], m[0]) for m in _ROW.finditer(part)]
+            self.heads = {m[2]: m[0] for m in _HEAD.finditer(message)}
+            return self.html()
+        gone = set(_DELETE.findall(message))
+        for name in self.rows:
+            self.rows[name] = [row for row in self.rows[name] if row[0] not in gone]
+        for name, inner in _APPEND.findall(message):
+            self.rows[name].extend((m[1], m[0]) for m in _ROW.finditer(inner))
+        for match in _ROW.finditer(_APPEND.sub("", _DELETE.sub("", message))):
+            for name in self.rows:
+                self.rows[name] = [
+                    (match[1], match[0]) if row[0] == match[1] else row for row in self.rows[name]
+                ]
+        self.heads.update({m[2]: m[0] for m in _HEAD.finditer(message)})
+        return self.html()
+
+    def html(self) -> str:
+        sections = "".join(
+            f'<ol id="{name}">{"".join(html for _, html in rows)}</ol>'
+            for name, rows in self.rows.items()
+        )
+        return "".join(self.heads.values()) + sections
+
+
+_shown: weakref.WeakKeyDictionary[WebsocketCommunicator, ShownQueue] = weakref.WeakKeyDictionary()
+
+
+async def queue_text(communicator: WebsocketCommunicator) -> str:
+    """The queue as this socket's page shows it after the next push."""
+    return _shown.setdefault(communicator, ShownQueue()).apply(await text(communicator))
+
+
 def rows(html: str, section: str) -> list[str]:
     """The call ids listed in one section (``mine`` or ``others``) of a queue push."""
     start = html.find(f'id="{section}"')
@@ -218,30 +275,60 @@ async def test_new_calls_appear_and_decided_ones_leave(agent: Agent) -> None:
     bob, _ = await logged_in("bob")
     _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
-    assert rows(await text(communicator), "mine") == []
+    assert rows(await queue_text(communicator), "mine") == []
     first = await submit(agent)
-    assert rows(await text(communicator), "mine") == [str(first.pk)]
+    assert rows(await queue_text(communicator), "mine") == [str(first.pk)]
     second = await submit(agent, "900.00")
-    html = await text(communicator)
+    html = await queue_text(communicator)
     assert rows(html, "mine") == [str(first.pk), str(second.pk)]
     assert 'id="mine-count">2<' in html
     await decide(first, bob, comment="ok")
-    html = await text(communicator)
+    html = await queue_text(communicator)
     assert rows(html, "mine") == [str(second.pk)]
     assert 'id="mine-count">1<' in html
     await communicator.disconnect()
+
+
+async def test_a_change_sends_only_the_rows_that_changed(agent: Agent) -> None:
+    """After the whole queue, a socket is sent the difference: the new row added at the end
+    of its section, a decided row deleted, and the heads with the counts; never the rows it
+    already shows. A socket opened meanwhile gets the whole queue, then differences too."""
+    bob, _ = await logged_in("bob")
+    _, cookie = await logged_in("alice")
+    first = await submit(agent)
+    communicator = await opened(QUEUE, cookie)
+    await queue_text(communicator)
+    second = await submit(agent, "900.00")
+    added = await text(communicator)
+    assert not added.lstrip().startswith('<section id="queue"')
+    assert re.search(f'<ol hx-swap-oob="beforeend:#mine">\\s*<li id="call-{second.pk}"', added)
+    assert f"call-{first.pk}" not in added
+    assert 'id="mine-count">2<' in added
+    assert 'id="queue-head" data-title="(2) Queue' in added
+    late = await opened(QUEUE, cookie)
+    whole = await text(late)
+    assert whole.lstrip().startswith('<section id="queue"')
+    assert rows(ShownQueue().apply(whole), "mine") == [str(first.pk), str(second.pk)]
+    await decide(first, bob, comment="ok")
+    removed = await text(communicator)
+    assert f'<li id="call-{first.pk}" hx-swap-oob="delete"></li>' in removed
+    assert f"call-{second.pk}" not in removed
+    # Each socket gets the difference from what it was last sent.
+    assert await text(late) == removed
+    for socket_ in (communicator, late):
+        await socket_.disconnect()
 
 
 async def test_expired_calls_leave(agent: Agent) -> None:
     held = await submit(agent)
     _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)
-    assert rows(await text(communicator), "mine") == [str(held.pk)]
+    assert rows(await queue_text(communicator), "mine") == [str(held.pk)]
     await sync_to_async(Call.objects.filter(pk=held.pk).update, thread_sensitive=True)(
         expires_at=held.created_at
     )
     await sync_to_async(calls_expire_due, thread_sensitive=True)()
-    assert rows(await text(communicator), "mine") == []
+    assert rows(await queue_text(communicator), "mine") == []
     await communicator.disconnect()
 
 
@@ -477,13 +564,13 @@ async def test_a_logout_closes_that_sessions_sockets_at_once_and_no_other(agent:
     other_cookie = await sync_to_async(_session_cookie, thread_sensitive=True)(alice)
     here, there = await opened(QUEUE, cookie), await opened(QUEUE, other_cookie)
     page = await opened(call_path(call), cookie)
-    await text(here), await text(there), await text(page)
+    await text(here), await queue_text(there), await text(page)
     await log_out(cookie)
     await assert_closed(here, 4403)  # with no change to push: the logout itself closes it
     await assert_closed(page, 4403)
     assert await there.receive_nothing(0.3)  # another browser stays logged in
     await submit(agent)
-    assert len(rows(await text(there), "mine")) == 2
+    assert len(rows(await queue_text(there), "mine")) == 2
     await there.disconnect()
 
 
@@ -582,13 +669,13 @@ async def test_a_change_is_rendered_once_for_all_of_a_persons_sockets(
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     renders: list[int] = []
-    real = consumers._queue_html_async
+    real = consumers._queue_push_async
 
-    async def counted(user_id: int) -> str | None:
+    async def counted(user_id: int) -> QueuePush | None:
         renders.append(user_id)
         return await real(user_id)
 
-    monkeypatch.setattr(consumers, "_queue_html_async", counted)
+    monkeypatch.setattr(consumers, "_queue_push_async", counted)
     alice, cookie = await logged_in("alice")
     bob, bob_cookie = await logged_in("bob")
     alices = [await opened(QUEUE, cookie) for _ in range(8)]

@@ -30,7 +30,7 @@ READ_QUEUE = """
   socket.onopen = () => { seen.opened = true; };
   socket.onmessage = (event) => {
     seen.messages += 1;
-    if (seen.first === null) seen.first = String(event.data).slice(0, 500);
+    if (seen.first === null) seen.first = String(event.data).slice(0, 2000);
     socket.close();
   };
   socket.onclose = (event) => { seen.code = event.code; resolve(seen); };
