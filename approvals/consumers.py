@@ -526,6 +526,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         self._pushed_at = -PAGE_PUSH_INTERVAL  # fairness.now()'s clock
         self._renderer: asyncio.Task[None] | None = None
         self._shown: QueuePush | None = None  # the queue render last sent, if any
+        self._sending = asyncio.Lock()
         self._session_watch: asyncio.Task[None] | None = None
         self._ended = False
 
@@ -624,14 +625,18 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         if rendered == "":
             await self._end(CLOSE_NOT_FOUND)
             return
-        html = rendered if isinstance(rendered, str) else rendered.text_after(self._shown)
-        if isinstance(rendered, QueuePush):
-            # Before the send's await: sends take their turns in order (fairness.page_send),
-            # so the next push is worked out from this one.
-            self._shown = rendered
-        if html is not None:
-            self._pushed_at = now()
-            await page_send(lambda: self.send(text_data=html))
+        # One push at a time (the connect's and a change's can meet): a queue push is worked
+        # out from the one before it, which must have been sent.
+        async with self._sending:
+            if isinstance(rendered, str):
+                html: str | None = rendered
+            else:
+                html = await rendered.text_after(self._shown)
+                if html is not None:
+                    self._shown = rendered
+            if html is not None and self.user_id is not None:
+                self._pushed_at = now()
+                await page_send(lambda: self.send(text_data=html))
 
     async def _session_holds(self, *, since: float) -> bool:
         """Whether the session still lets this person see the pages (read once for every

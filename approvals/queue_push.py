@@ -17,14 +17,16 @@ A row is compared without its ``left`` text: the countdown script writes that fr
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from weakref import WeakValueDictionary
 
 from django.template.loader import render_to_string
 
+from approvals.fairness import page_database
 from approvals.selectors.queue import Queue, QueueRow
 
 # More rows to send than this, and the whole queue is sent instead (it is read as fast).
@@ -46,28 +48,56 @@ _serials = itertools.count(1)
 _latest: WeakValueDictionary[int, QueuePush] = WeakValueDictionary()
 
 
-@dataclass(frozen=True, eq=False)
 class QueuePush:
-    """One render of a person's queue: the whole of it, and the changes since each of the
-    renders before it in ``changes`` (None where the whole must be sent)."""
+    """One render of a person's queue: the changes since each of the renders before it
+    (``changes``, None where the whole queue must be sent), and the whole queue, rendered
+    only when a socket needs it (one that has just connected, or was pushed too long ago)."""
 
-    serial: int
-    rows: tuple[Compared, Compared]  # mine, others
-    whole: str
-    changes: dict[int, str | None]  # by the serial of an earlier render
-    # This render's and the ones before it, as compared, latest first: what the next
-    # render works out its changes from.
-    history: tuple[tuple[int, tuple[Compared, Compared]], ...]
+    __slots__ = ("__weakref__", "_queue", "_whole", "changes", "history", "serial")
 
-    def text_after(self, shown: QueuePush | None) -> str | None:
+    def __init__(
+        self,
+        *,
+        serial: int,
+        queue: Queue,
+        changes: dict[int, str | None],
+        history: tuple[tuple[int, tuple[Compared, Compared]], ...],
+    ) -> None:
+        self.serial = serial
+        self.changes = changes  # by the serial of an earlier render
+        # This render's rows and those of the ones before it, latest first: what the next
+        # render works out its changes from.
+        self.history = history
+        self._queue = queue
+        self._whole: asyncio.Future[str] | None = None
+
+    async def text_after(self, shown: QueuePush | None) -> str | None:
         """What to send to a socket that was last sent ``shown``; None: nothing, it shows
         this render or a later one."""
-        if shown is None:
-            return self.whole
-        if shown.serial >= self.serial:
-            return None
-        changes = self.changes.get(shown.serial)
-        return self.whole if changes is None else changes
+        if shown is not None:
+            if shown.serial >= self.serial:
+                return None
+            changes = self.changes.get(shown.serial)
+            if changes is not None:
+                return changes
+        if self._whole is None:
+            # On the pages' threads, once for every socket that needs it: with both sections
+            # full it is a third of a render, and it holds the GIL that the agents' sockets
+            # wait for.
+            self._whole = asyncio.ensure_future(_whole_async(self))
+        return await asyncio.shield(self._whole)
+
+    def whole(self) -> str:
+        """The whole queue, rendered."""
+        context = {"queue": self._queue, "oob": True}
+        return ascii_html(render_to_string(f"{TEMPLATE}#queue", context))
+
+
+def _whole(push: QueuePush) -> str:
+    return push.whole()
+
+
+_whole_async = page_database(_whole)
 
 
 def queue_push(*, user_id: int, queue: Queue) -> QueuePush:
@@ -76,17 +106,43 @@ def queue_push(*, user_id: int, queue: Queue) -> QueuePush:
     previous = _latest.get(user_id)
     earlier = () if previous is None else previous.history
     rows = (_compared(queue.mine), _compared(queue.others))
-    rendered: dict[uuid.UUID, str] = {}  # a row changed since several renders, rendered once
+    parts = _Parts(queue, rows)
     serial = next(_serials)
     push = QueuePush(
         serial=serial,
-        rows=rows,
-        whole=ascii_html(render_to_string(f"{TEMPLATE}#queue", {"queue": queue, "oob": True})),
-        changes={before: _changes(compared, rows, queue, rendered) for before, compared in earlier},
+        queue=queue,
+        changes={before: _changes(compared, rows, parts) for before, compared in earlier},
         history=((serial, rows), *earlier[: RENDERS_KEPT - 1]),
     )
     _latest[user_id] = push
     return push
+
+
+class _Parts:
+    """The pieces of one render's changes, each rendered once for all the earlier renders
+    it is compared with."""
+
+    def __init__(self, queue: Queue, rows: tuple[Compared, Compared]) -> None:
+        self.queue = queue
+        self.sections = dict(zip(SECTIONS, (queue.mine, queue.others), strict=True))
+        self._filled = [name for name, section in zip(SECTIONS, rows, strict=True) if section]
+        self._rows: dict[uuid.UUID, str] = {}
+        self._heads: str | None = None
+
+    def row(self, row: QueueRow) -> str:
+        html = self._rows.get(row.id)
+        if html is None:
+            context = {"row": row, "queue": self.queue}
+            html = self._rows[row.id] = render_to_string(f"{TEMPLATE}#row", context)
+        return html
+
+    def heads(self) -> str:
+        """The heads with the counts, and the "shown of" line of each section with rows."""
+        if self._heads is None:
+            context = {"queue": self.queue, "swap": True}
+            names = [*HEADS, *(f"{name}-more" for name in self._filled)]
+            self._heads = "".join(render_to_string(f"{TEMPLATE}#{name}", context) for name in names)
+        return self._heads
 
 
 def _compared(section: Sequence[QueueRow]) -> Compared:
@@ -94,17 +150,13 @@ def _compared(section: Sequence[QueueRow]) -> Compared:
 
 
 def _changes(
-    before: tuple[Compared, Compared],
-    after: tuple[Compared, Compared],
-    queue: Queue,
-    rendered: dict[uuid.UUID, str],
+    before: tuple[Compared, Compared], after: tuple[Compared, Compared], parts: _Parts
 ) -> str | None:
     """The out-of-band swaps that turn the page of ``before`` into that of ``after``; None
     when only the whole queue will do."""
     deleted: list[uuid.UUID] = []
     replaced: list[QueueRow] = []
     added: list[tuple[str, list[QueueRow]]] = []
-    shown = dict(zip(SECTIONS, (queue.mine, queue.others), strict=True))
     for name, old, new in zip(SECTIONS, before, after, strict=True):
         if bool(old) != bool(new):
             return None  # the section's list appears or gives way to its "empty" line
@@ -114,7 +166,7 @@ def _changes(
             return None  # an order the page cannot be brought to by deletes and appends
         old_rows = dict(old)
         deleted.extend(call_id for call_id, _ in old if call_id not in new_rows)
-        section = shown[name]
+        section = parts.sections[name]
         replaced.extend(
             section[i] for i, call_id in enumerate(kept) if old_rows[call_id] != new[i][1]
         )
@@ -122,26 +174,13 @@ def _changes(
             added.append((name, list(section[len(kept) :])))
     if len(replaced) + sum(len(appended) for _, appended in added) > CHANGED_ROWS_LIMIT:
         return None
-    parts = [f'<li id="call-{call_id}" hx-swap-oob="delete"></li>' for call_id in deleted]
-    parts.extend(_row(row, queue, rendered) for row in replaced)
+    html = [f'<li id="call-{call_id}" hx-swap-oob="delete"></li>' for call_id in deleted]
+    html.extend(parts.row(row) for row in replaced)
     for name, appended in added:
-        inner = "".join(_row(row, queue, rendered) for row in appended)
-        parts.append(f'<ol hx-swap-oob="beforeend:#{name}">{inner}</ol>')
-    context = {"queue": queue, "swap": True}
-    parts.extend(render_to_string(f"{TEMPLATE}#{head}", context) for head in HEADS)
-    parts.extend(
-        render_to_string(f"{TEMPLATE}#{name}-more", context)
-        for name, new in zip(SECTIONS, after, strict=True)
-        if new
-    )
-    return ascii_html("".join(parts))
-
-
-def _row(row: QueueRow, queue: Queue, rendered: dict[uuid.UUID, str]) -> str:
-    html = rendered.get(row.id)
-    if html is None:
-        html = rendered[row.id] = render_to_string(f"{TEMPLATE}#row", {"row": row, "queue": queue})
-    return html
+        inner = "".join(parts.row(row) for row in appended)
+        html.append(f'<ol hx-swap-oob="beforeend:#{name}">{inner}</ol>')
+    html.append(parts.heads())
+    return ascii_html("".join(html))
 
 
 def ascii_html(html: str) -> str:

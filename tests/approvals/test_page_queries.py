@@ -202,7 +202,7 @@ def test_the_queue_socket_render(
         with django_assert_max_num_queries(QUEUE_PUSH_QUERIES):
             pushed = _queue_push(world.alice.pk)
         assert pushed is not None
-        assert len(queue_rows(pushed.whole)) == len(world.pending)
+        assert len(queue_rows(pushed.whole())) == len(world.pending)
 
 
 # --- the history ------------------------------------------------------------------------------
