@@ -31,10 +31,11 @@ from approvals.selectors.queue import Queue, QueueRow
 
 # More rows to send than this, and the whole queue is sent instead (it is read as fast).
 CHANGED_ROWS_LIMIT = 20
-# How many earlier renders a render works out its changes from: sockets of one person are
-# pushed at different moments (one connects, another's push waits for its interval), and one
-# a few renders behind still gets only the difference.
-RENDERS_KEPT = 4
+# How many earlier renders a render works out its changes from. A person's sockets are pushed
+# at different moments (one connects, each waits out its own interval), so a render can come
+# several after the one a socket was last sent: at ten changes a second, one push interval
+# (consumers.PAGE_PUSH_INTERVAL) is five renders, and with four kept most pushes were whole.
+RENDERS_KEPT = 16
 TEMPLATE = "approvals/queue.html"
 SECTIONS = ("mine", "others")
 HEADS = ("queue-head", "mine-title", "others-title")

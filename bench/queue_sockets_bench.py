@@ -143,10 +143,11 @@ async def _arrivals(agent: httpx.AsyncClient, interval: float, count: list[int])
 
 
 async def _drain(socket: ClientConnection, pushes: list[int]) -> None:
-    """Read a queue socket as a browser tab does, counting what it is sent."""
+    """Read a queue socket as a browser tab does, counting what it is sent: pushes, bytes."""
     try:
-        async for _ in socket:
+        async for message in socket:
             pushes[0] += 1
+            pushes[1] += len(message)
     except ConnectionClosed:
         pass
 
@@ -163,7 +164,7 @@ async def _hold(url: str, cookie: str, count: int, parent: Connection) -> None:
         )
         for _ in range(count)
     ]
-    pushes = [0]
+    pushes = [0, 0]
     drains = [asyncio.ensure_future(_drain(socket, pushes)) for socket in queue]
     parent.send(time.perf_counter() - opening)
     loop = asyncio.get_running_loop()
@@ -172,13 +173,13 @@ async def _hold(url: str, cookie: str, count: int, parent: Connection) -> None:
         drain.cancel()
     for socket in queue:
         await socket.close()
-    parent.send(pushes[0])
+    parent.send(pushes)
 
 
 def _queue_holder(url: str, cookie: str, count: int, parent: Connection) -> None:
     """A process of its own that opens ``count`` queue sockets on the session of ``cookie``,
     sends how long opening them took, reads them until told to stop, then sends how many
-    pushes they were sent."""
+    pushes, and how many bytes, they were sent."""
     asyncio.run(_hold(url, cookie, count, parent))
 
 
@@ -299,7 +300,7 @@ async def _run(
         cpu = cpu_seconds(bench.pid) - cpu_before
         holder_cpu = cpu_seconds(holder_pid) - holder_cpu_before
         our_end.send("stop")
-        pushes = await loop.run_in_executor(None, our_end.recv)
+        pushes, pushed_bytes = await loop.run_in_executor(None, our_end.recv)
         holder.join(30)
         for client in (approver.http, admin.http, agent):
             await client.aclose()
@@ -309,6 +310,7 @@ async def _run(
         "held_calls_arrived": arrived[0],
         "seconds": round(elapsed, 1),
         "queue_pushes_received": pushes,
+        "queue_push_bytes_received": pushed_bytes,
         "server_cpu_s": round(cpu, 1),
         # The browser tabs' CPU, on the same machine here (one core of two, say).
         "queue_sockets_reader_cpu_s": round(holder_cpu, 1),
