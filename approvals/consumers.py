@@ -18,10 +18,12 @@ permissions) and checks its session before each push and every ``SESSION_RECHECK
 Fair sockets (``approvals.fairness``): one person holds at most
 ``COUNTERSIGN_MAX_SOCKETS_PER_USER`` page sockets and one agent at most
 ``COUNTERSIGN_MAX_SOCKETS_PER_AGENT`` sockets per process, and one more closes with ``4429``.
-The queue's changes reach a process once and its page sockets from there; each view is
-rendered once per change for all the sockets showing it, on threads of the pages' own, and
-pushed to one socket at most every ``PAGE_PUSH_INTERVAL``, so that agents' reads and pushes
-never wait behind approvers' renders.
+The queue's changes reach a process once and each view's sockets from there, by one task per
+view (``fairness.page_feed_join``); each view is rendered once per change for all the sockets
+showing it, on threads of the pages' own, and pushed at most every
+``fairness.PAGE_PUSH_INTERVAL``, one socket at a time, so that agents' reads and pushes never
+wait behind approvers' renders. A queue socket is sent the rows that changed since its last
+push (``approvals.queue_push``).
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ from approvals.fairness import (
     agent_socket_take,
     now,
     page_database,
-    page_hub_join,
-    page_hub_leave,
+    page_feed_join,
+    page_feed_leave,
     page_send,
     person_socket_give_back,
     person_socket_take,
@@ -108,11 +110,6 @@ RECHECK_SECONDS = 30.0
 # message that closes them was lost (the spec's bound for a session: at least every minute).
 ACCESS_RECHECK_SECONDS = 60.0
 SESSION_RECHECK_SECONDS = 60.0
-# The least time between two pushes to one page socket: a change after a quiet spell is
-# pushed at once, changes in a burst are folded into one push at the end of the interval.
-# Each push sends the whole queue to every socket; at ten changes a second, 300 sockets were
-# sent 3,000 a second, and the agents' pushes waited behind them (bench/queue_sockets_bench.py).
-PAGE_PUSH_INTERVAL = 0.5
 
 State = dict[str, Any]
 
@@ -508,11 +505,12 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
     ``SESSION_RECHECK_SECONDS``.
 
     Pushes only say "something changed" (through the process's one channel in the queue
-    group, ``fairness.page_hub_join``): each is answered by one render from the database,
-    shared with every socket of the same view in the process (``fairness.shared``), after the
-    session is checked again (shared per session). A change after a quiet spell is pushed at
-    once; changes that come within ``PAGE_PUSH_INTERVAL`` of the last push, or while a render
-    is under way, are folded into one more.
+    group, to the view's feed, ``fairness.page_feed_join``): the feed asks each socket of the
+    view in turn to ``page_push``, answered by one render from the database, shared with every
+    socket of the same view in the process (``fairness.shared``), after the session is
+    checked again (shared per session). A change after a quiet spell is pushed at once;
+    changes that come within ``fairness.PAGE_PUSH_INTERVAL`` of the last push, or while a
+    render is under way, are folded into one more.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -521,10 +519,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         self._session_key = ""
         self._expires: datetime | None = None  # the session's, as last read
         self._counted: int | None = None  # the person whose cap this socket counts in
-        # When the latest change not yet rendered reached the process (fairness.now's clock).
-        self._stale_since: float | None = None
-        self._pushed_at = -PAGE_PUSH_INTERVAL  # fairness.now()'s clock
-        self._renderer: asyncio.Task[None] | None = None
+        self._feed: Hashable | None = None  # the view whose feed this socket is in
         self._shown: QueuePush | None = None  # the queue render last sent, if any
         self._sending = asyncio.Lock()
         self._session_watch: asyncio.Task[None] | None = None
@@ -549,10 +544,12 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         groups = (person_group(user.pk), session_group(session_key))
         await asyncio.gather(*(self.channel_layer.group_add(g, self.channel_name) for g in groups))
         self.groups.extend(groups)  # left by websocket_disconnect
-        await page_hub_join(self._queue_changed)
+        key, _ = self._view()
+        await page_feed_join(key, self, concerns=self._concerns)
+        self._feed = key
         presence_watch()
         # Joined first, then checked and rendered: no change and no logout falls between.
-        await self._push(since=now())
+        await self.page_push(since=now())
         if self.user_id is not None:
             loop = asyncio.get_running_loop()
             self._session_watch = loop.create_task(self._recheck_session())
@@ -560,31 +557,26 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         self._ended = True
         self.user_id = None
-        page_hub_leave(self._queue_changed)
+        self._leave_feed()
         self._stop_tasks()
         counted, self._counted = self._counted, None
         if counted is not None:
             person_socket_give_back(counted)
 
+    def _leave_feed(self) -> None:
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            page_feed_leave(feed, self)
+
     def _stop_tasks(self) -> None:
-        for task in (self._renderer, self._session_watch):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        self._renderer = self._session_watch = None
+        task, self._session_watch = self._session_watch, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
     ) -> None:
         """The page has nothing to say: whatever it sends is ignored."""
-
-    def _queue_changed(self, event: dict[str, Any], arrived: float) -> None:
-        """A push from ``approvals.notify`` to the queue group, as the process received it at
-        ``arrived`` (``fairness.page_hub_join``)."""
-        if self.user_id is None or not self._concerns(event["call"]):
-            return
-        self._stale_since = max(arrived, self._stale_since or arrived)
-        if self._renderer is None or self._renderer.done():
-            self._renderer = asyncio.get_running_loop().create_task(self._render_while_stale())
 
     async def sockets_close(self, event: dict[str, Any]) -> None:
         """A push from ``approvals.notify``: a logout, a deactivation, a password change, or
@@ -598,18 +590,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         """What this socket shows, as a key naming all it depends on, and its render."""
         raise NotImplementedError
 
-    async def _render_while_stale(self) -> None:
-        while self._stale_since is not None and self.user_id is not None:
-            wait = self._pushed_at + PAGE_PUSH_INTERVAL - now()
-            if wait > 0:
-                await asyncio.sleep(wait)  # what changes meanwhile goes into the same push
-            since, self._stale_since = self._stale_since, None
-            try:
-                await self._push(since=since)
-            except Exception:
-                logger.exception("rendering a page push failed")
-
-    async def _push(self, *, since: float) -> None:
+    async def page_push(self, *, since: float) -> None:
         """Check the session, render, check the session's expiry again, send; the check and
         the render are shared with the other sockets asking, if they started after
         ``since``."""
@@ -675,6 +656,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
             return
         self._ended = True
         self.user_id = None
+        self._leave_feed()
         self._stop_tasks()
         await self.close(code=code)
 

@@ -7,19 +7,22 @@ may hold open, and page pushes rendered once per view, on threads of their own.
   connect and disconnect, and a count left behind by a killed worker would lock people out;
   per process, the bound of a deployment is the cap times its workers.
 - **One delivery per process.** The queue's changes reach a process once: one channel of the
-  process is in the queue group (``page_hub_join``), not one per page socket, and hands each
-  change to the process's page sockets itself. A change to 300 sockets used to be 300
-  channel-layer messages, each a deep copy, sent while the request that made the change
-  waited (on SQLite, the one request thread everyone waits for).
+  process is in the queue group, not one per page socket, and hands each change to the
+  process's views. A change to 300 sockets used to be 300 channel-layer messages, each a deep
+  copy, sent while the request that made the change waited (on SQLite, the one request thread
+  everyone waits for).
+- **One feed per view** (``page_feed_join``). The sockets showing one view (a person's queue,
+  a person's call page) are pushed to by one task: after a change that concerns the view it
+  asks each socket in turn to push, at most every ``PAGE_PUSH_INTERVAL``, with a turn of the
+  loop after each. With a task per socket, a change made 300 tasks ready at once (each render
+  shared, each session check, each send), and an agent's push that came meanwhile waited
+  for all of their steps; now it waits for one.
 - **One render per view.** Each socket asks ``shared(key, work, since=...)`` for what it is to
   send, ``since`` being when the process heard of the change it answers. A run of ``work``
   that started at or after ``since`` serves the ask; otherwise it waits for the next run,
   which starts once the current one ends and serves everyone who asked meanwhile. 300 queue
   sockets of one person cost one render per change.
-- **Sends that take turns.** The pushes of one change to 300 sockets are 300 sends of the
-  whole queue on the event loop (no longer compressed, config/serve.py): back to back they
-  held the loop for a tenth of a second, and an agent's push that came meanwhile waited for all of
-  them. ``page_send`` sends one at a time and lets whatever else is ready run between two.
+- **Sends that take turns.** ``page_send`` sends one page push at a time, across views.
 - **Threads of their own.** Page reads and renders run on ``PAGE_THREADS`` threads
   (``page_database``), not on the one thread that every ``database_sync_to_async`` call shares
   by default, so that agent sockets never wait behind approvers' renders. Each run closes its
@@ -36,7 +39,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -55,8 +58,13 @@ PAGE_THREADS = 2
 # channel joins the queue group again well before that.
 REJOIN_SECONDS = 3600.0
 RETRY_SECONDS = 1.0  # after the channel layer failed (Redis restarting, say)
+# The least time between two pushes to a view's sockets: a change after a quiet spell is pushed
+# at once, changes in a burst are folded into one push at the end of the interval. At ten
+# changes a second, 300 sockets were sent 3,000 pushes a second, and the agents' pushes waited
+# behind them (bench/queue_sockets_bench.py).
+PAGE_PUSH_INTERVAL = 0.5
 # How long a render's result is kept for sockets asking late: longer than the sockets of a
-# view, pushed at most every consumers.PAGE_PUSH_INTERVAL, take to ask after a change.
+# view, pushed at most every PAGE_PUSH_INTERVAL, take to ask after a change.
 KEEP_SECONDS = 5.0
 
 logger = logging.getLogger(__name__)
@@ -205,6 +213,45 @@ class _PageHub:
             logger.warning("queue pushes: joining the group failed", exc_info=True)
 
 
+class PageSocket(Protocol):
+    async def page_push(self, *, since: float) -> None:
+        """Send this socket's view as it is since ``since`` (``now()``'s clock)."""
+
+
+class _PageFeed:
+    """The page sockets of one view in the process, and the one task that pushes to them."""
+
+    def __init__(self, concerns: Callable[[dict[str, Any]], bool]) -> None:
+        self.concerns = concerns
+        self.sockets: dict[PageSocket, None] = {}  # in the order they joined
+        self.stale_since: float | None = None  # when the latest change not yet pushed came
+        self.pushed_at = -PAGE_PUSH_INTERVAL
+        self.task: asyncio.Task[None] | None = None
+
+    def heard(self, message: dict[str, Any], arrived: float) -> None:
+        if not self.concerns(message["call"]):
+            return
+        self.stale_since = max(arrived, self.stale_since or arrived)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._push_while_stale())
+
+    async def _push_while_stale(self) -> None:
+        while self.stale_since is not None and self.sockets:
+            wait = self.pushed_at + PAGE_PUSH_INTERVAL - now()
+            if wait > 0:
+                await asyncio.sleep(wait)  # what changes meanwhile goes into the same push
+            since, self.stale_since = self.stale_since, None
+            self.pushed_at = now()
+            for socket in list(self.sockets):
+                if socket not in self.sockets:
+                    continue  # left meanwhile
+                try:
+                    await socket.page_push(since=since)
+                except Exception:
+                    logger.exception("rendering a page push failed")
+                await asyncio.sleep(0)  # whatever else is ready runs before the next socket's
+
+
 class _LoopState:
     def __init__(self) -> None:
         self.people = _Caps()
@@ -212,6 +259,7 @@ class _LoopState:
         self.shared = _Shared()
         self.pages = _PageHub()
         self.page_sends = asyncio.Lock()
+        self.feeds: dict[Hashable, _PageFeed] = {}
 
 
 _states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
@@ -251,27 +299,42 @@ def now() -> float:
 
 
 async def page_send(send: Callable[[], Awaitable[None]]) -> None:
-    """Run ``send()`` (one page push) in turn with the process's other page pushes, and let
-    whatever else is ready (an agent's push, a request) run before the next one."""
+    """Run ``send()`` (one page push) in turn with the process's other page pushes."""
     async with _state().page_sends:
         await send()
-        await asyncio.sleep(0)
 
 
-async def page_hub_join(listener: Listener) -> None:
-    """Call ``listener(message, arrived)`` with each message to the queue group from now on
-    (``arrived``: ``now()`` when the process received it), until ``page_hub_leave``."""
-    await _state().pages.join(listener)
+async def page_feed_join(
+    key: Hashable, socket: PageSocket, *, concerns: Callable[[dict[str, Any]], bool]
+) -> None:
+    """Push to ``socket`` with the other sockets of view ``key`` whenever a message to the
+    queue group ``concerns`` the view, until ``page_feed_leave``. Once this returns, no
+    change is missed."""
+    state = _state()
+    feed = state.feeds.get(key)
+    if feed is None:
+        feed = state.feeds[key] = _PageFeed(concerns)
+        await state.pages.join(feed.heard)
+    feed.sockets[socket] = None
+
+
+def page_feed_leave(key: Hashable, socket: PageSocket) -> None:
+    state = _state()
+    feed = state.feeds.get(key)
+    if feed is None:
+        return
+    feed.sockets.pop(socket, None)
+    if not feed.sockets:
+        del state.feeds[key]
+        state.pages.listeners.discard(feed.heard)
+        if feed.task is not None:
+            feed.task.cancel()
 
 
 def page_hub_tell(message: dict[str, Any]) -> None:
     """Hand ``message`` to this process's page sockets as if it had come to the queue
     group: a change every process learns by itself (``approvals.presence``)."""
     _state().pages.tell(message)
-
-
-def page_hub_leave(listener: Listener) -> None:
-    _state().pages.listeners.discard(listener)
 
 
 async def shared(key: Hashable, work: Callable[[], Awaitable[R]], *, since: float) -> R:

@@ -19,7 +19,7 @@ process's memory and wake a task, never a round trip. Where the counts are kept:
 
 Every process's task also notices when the set of waited calls and agents changes, on any
 worker, and tells the process's page sockets (``fairness.page_hub_tell``), which render the
-queue and the call pages again (folded as every push is: ``consumers.PAGE_PUSH_INTERVAL``).
+queue and the call pages again (folded as every push is: ``fairness.PAGE_PUSH_INTERVAL``).
 """
 
 from __future__ import annotations

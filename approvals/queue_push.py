@@ -34,7 +34,7 @@ CHANGED_ROWS_LIMIT = 20
 # How many earlier renders a render works out its changes from. A person's sockets are pushed
 # at different moments (one connects, each waits out its own interval), so a render can come
 # several after the one a socket was last sent: at ten changes a second, one push interval
-# (consumers.PAGE_PUSH_INTERVAL) is five renders, and with four kept most pushes were whole.
+# (fairness.PAGE_PUSH_INTERVAL) is five renders, and with four kept most pushes were whole.
 RENDERS_KEPT = 16
 TEMPLATE = "approvals/queue.html"
 SECTIONS = ("mine", "others")

@@ -85,3 +85,68 @@ async def test_the_caps_count_per_owner(settings: Any) -> None:
     assert fairness.person_socket_take(2)
     fairness.person_socket_give_back(1)
     assert fairness.person_socket_take(1)
+
+
+class _Socket:
+    """A page socket that notes its pushes, and the turn of the loop after each."""
+
+    def __init__(self, name: str, seen: list[str]) -> None:
+        self.name, self.seen = name, seen
+
+    async def page_push(self, *, since: float) -> None:
+        self.seen.append(f"push {self.name}")
+        asyncio.get_running_loop().call_soon(self.seen.append, f"turn after {self.name}")
+
+
+def _change(status: str = "pending") -> dict[str, Any]:
+    return {"type": "call.changed", "call": {"status": status}}
+
+
+def _pending(call: dict[str, Any]) -> bool:
+    return bool(call["status"] == "pending")
+
+
+async def _settled(seen: list[str], count: int) -> None:
+    for _ in range(200):
+        if len(seen) >= count:
+            return
+        await asyncio.sleep(0.005)
+
+
+async def test_a_views_sockets_are_pushed_one_at_a_time_with_a_turn_of_the_loop_between() -> None:
+    """One task pushes to them all: an agent's push waits for one page push, never for the
+    steps of 300 sockets made ready at once."""
+    seen: list[str] = []
+    sockets = [_Socket(name, seen) for name in "abc"]
+    for socket in sockets:
+        await fairness.page_feed_join("view", socket, concerns=_pending)
+    fairness.page_hub_tell(_change())
+    await _settled(seen, 6)
+    assert seen == ["push a", "turn after a", "push b", "turn after b", "push c", "turn after c"]
+    for socket in sockets:
+        fairness.page_feed_leave("view", socket)
+
+
+async def test_changes_in_a_burst_are_folded_and_what_does_not_concern_the_view_is_not_pushed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fairness, "PAGE_PUSH_INTERVAL", 0.05)
+    seen: list[str] = []
+    kept, leaving = _Socket("kept", seen), _Socket("leaving", seen)
+    await fairness.page_feed_join("view", kept, concerns=_pending)
+    await fairness.page_feed_join("view", leaving, concerns=_pending)
+    fairness.page_hub_tell(_change("allowed"))
+    await asyncio.sleep(0.1)
+    assert seen == []
+    fairness.page_hub_tell(_change())
+    await _settled(seen, 4)
+    fairness.page_feed_leave("view", leaving)
+    for _ in range(3):  # within the interval of the last push: one more push, at its end
+        fairness.page_hub_tell(_change())
+    await asyncio.sleep(0.15)
+    assert [line for line in seen if line.startswith("push")] == [
+        "push kept",
+        "push leaving",
+        "push kept",
+    ]
+    fairness.page_feed_leave("view", kept)
