@@ -16,7 +16,9 @@ may hold open, and page pushes rendered once per view, on threads of their own.
   asks each socket in turn to push, at most every ``PAGE_PUSH_INTERVAL``, with a turn of the
   loop after each. With a task per socket, a change made 300 tasks ready at once (each render
   shared, each session check, each send), and an agent's push that came meanwhile waited
-  for all of their steps; now it waits for one.
+  for all of their steps; now it waits for one. After each ``ROUND_SLICE`` of pushing, the
+  round sleeps ``ROUND_GAP``: a turn of the loop alone keeps the GIL, and a decision's
+  request thread waited up to the 5 ms switch interval for it after each database call.
 - **One render per view.** Each socket asks ``shared(key, work, since=...)`` for what it is to
   send, ``since`` being when the process heard of the change it answers. A run of ``work``
   that started at or after ``since`` serves the ask; otherwise it waits for the next run,
@@ -63,6 +65,13 @@ RETRY_SECONDS = 1.0  # after the channel layer failed (Redis restarting, say)
 # changes a second, 300 sockets were sent 3,000 pushes a second, and the agents' pushes waited
 # behind them (bench/queue_sockets_bench.py).
 PAGE_PUSH_INTERVAL = 0.5
+# A round of pushes to a view's sockets keeps the GIL: a turn of the loop polls without
+# blocking, and a thread waiting for the GIL (a request's, a decision's) gets it only after
+# the 5 ms switch interval, again after each of its database calls. After each ROUND_SLICE
+# of pushing, the round sleeps ROUND_GAP (uvloop's timers count whole milliseconds), so that
+# the loop blocks in its poll and the threads run.
+ROUND_SLICE = 0.0005
+ROUND_GAP = 0.001
 # How long a render's result is kept for sockets asking late: longer than the sockets of a
 # view, pushed at most every PAGE_PUSH_INTERVAL, take to ask after a change.
 KEEP_SECONDS = 5.0
@@ -241,7 +250,7 @@ class _PageFeed:
             if wait > 0:
                 await asyncio.sleep(wait)  # what changes meanwhile goes into the same push
             since, self.stale_since = self.stale_since, None
-            self.pushed_at = now()
+            self.pushed_at = gave_way = now()
             for socket in list(self.sockets):
                 if socket not in self.sockets:
                     continue  # left meanwhile
@@ -249,7 +258,11 @@ class _PageFeed:
                     await socket.page_push(since=since)
                 except Exception:
                     logger.exception("rendering a page push failed")
-                await asyncio.sleep(0)  # whatever else is ready runs before the next socket's
+                if now() - gave_way < ROUND_SLICE:
+                    await asyncio.sleep(0)  # whatever else is ready runs before the next push
+                else:
+                    await asyncio.sleep(ROUND_GAP)  # and the threads that wait for the GIL
+                    gave_way = now()
 
 
 class _LoopState:
