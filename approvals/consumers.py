@@ -545,8 +545,8 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         await asyncio.gather(*(self.channel_layer.group_add(g, self.channel_name) for g in groups))
         self.groups.extend(groups)  # left by websocket_disconnect
         key, _ = self._view()
+        self._feed = key  # before the wait: a disconnect meanwhile leaves the feed
         await page_feed_join(key, self, concerns=self._concerns)
-        self._feed = key
         presence_watch()
         # Joined first, then checked and rendered: no change and no logout falls between.
         await self.page_push(since=now())

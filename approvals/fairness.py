@@ -327,8 +327,11 @@ async def page_feed_join(
     feed = state.feeds.get(key)
     if feed is None:
         feed = state.feeds[key] = _PageFeed(concerns)
-        await state.pages.join(feed.heard)
+    # In the feed before the wait: a socket that leaves meanwhile is taken out of it.
     feed.sockets[socket] = None
+    await state.pages.join(feed.heard)
+    if state.feeds.get(key) is not feed:  # every socket of it left while the hub joined
+        state.pages.listeners.discard(feed.heard)
 
 
 def page_feed_leave(key: Hashable, socket: PageSocket) -> None:

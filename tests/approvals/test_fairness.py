@@ -150,3 +150,20 @@ async def test_changes_in_a_burst_are_folded_and_what_does_not_concern_the_view_
         "push kept",
     ]
     fairness.page_feed_leave("view", kept)
+
+
+async def test_a_socket_that_leaves_while_its_view_joins_leaves_nothing_behind() -> None:
+    """The first socket of a view waits for the process's hub to join the queue group; if it
+    disconnects meanwhile, neither it nor its view's feed hears of later changes."""
+    seen: list[str] = []
+    leaving = _Socket("leaving", seen)
+    hub = fairness._state().pages
+    async with hub._joining:  # the hub's join is under way
+        joining = asyncio.ensure_future(fairness.page_feed_join("view", leaving, concerns=_pending))
+        await asyncio.sleep(0.01)
+        fairness.page_feed_leave("view", leaving)
+    await joining
+    assert hub.listeners == set()
+    fairness.page_hub_tell(_change())
+    await asyncio.sleep(0.05)
+    assert seen == []
