@@ -3,13 +3,13 @@ the whole queue (docs/reliability.md, "Fair sockets").
 
 The whole queue is 55 KB with both sections full. Pushed to 300 sockets after every change, it
 was 16 MB of sends, and as much for the browsers to parse again, to tell them of one new row.
-Each render of a person's queue is compared with the one before it (``QueuePush.based_on``),
-row by row: a socket that was sent that one gets only the difference, as htmx out-of-band
-swaps by id — removed rows deleted, changed rows replaced, new rows added at the end of their
-section — with the heads that carry the counts. Any other socket, one that has just connected
-included, gets the whole queue. When the difference is not only that (rows in another order,
-a section that empties or fills, more than ``CHANGED_ROWS_LIMIT`` rows to send), every socket
-gets the whole queue.
+Each render of a person's queue is compared, row by row, with each of the
+``RENDERS_KEPT`` renders before it (``QueuePush.changes``): a socket that was sent one of them
+gets only the difference, as htmx out-of-band swaps by id — removed rows deleted, changed rows
+replaced, new rows added at the end of their section — with the heads that carry the counts.
+Any other socket, one that has just connected included, gets the whole queue, and so does
+every socket when the difference is not only that (rows in another order, a section that
+empties or fills, more than ``CHANGED_ROWS_LIMIT`` rows to send).
 
 A row is compared without its ``left`` text: the countdown script writes that from the row's
 ``data-expires`` and ``data-now``, which stay as the row was first sent while it is unchanged.
@@ -94,11 +94,7 @@ class QueuePush:
         return ascii_html(render_to_string(f"{TEMPLATE}#queue", context))
 
 
-def _whole(push: QueuePush) -> str:
-    return push.whole()
-
-
-_whole_async = page_database(_whole)
+_whole_async = page_database(QueuePush.whole)
 
 
 def queue_push(*, user_id: int, queue: Queue) -> QueuePush:
@@ -107,7 +103,7 @@ def queue_push(*, user_id: int, queue: Queue) -> QueuePush:
     previous = _latest.get(user_id)
     earlier = () if previous is None else previous.history
     rows = (_compared(queue.mine), _compared(queue.others))
-    parts = _Parts(queue, rows)
+    parts = _Parts(queue)
     serial = next(_serials)
     push = QueuePush(
         serial=serial,
@@ -123,10 +119,9 @@ class _Parts:
     """The pieces of one render's changes, each rendered once for all the earlier renders
     it is compared with."""
 
-    def __init__(self, queue: Queue, rows: tuple[Compared, Compared]) -> None:
+    def __init__(self, queue: Queue) -> None:
         self.queue = queue
         self.sections = dict(zip(SECTIONS, (queue.mine, queue.others), strict=True))
-        self._filled = [name for name, section in zip(SECTIONS, rows, strict=True) if section]
         self._rows: dict[uuid.UUID, str] = {}
         self._heads: str | None = None
 
@@ -141,7 +136,7 @@ class _Parts:
         """The heads with the counts, and the "shown of" line of each section with rows."""
         if self._heads is None:
             context = {"queue": self.queue, "swap": True}
-            names = [*HEADS, *(f"{name}-more" for name in self._filled)]
+            names = [*HEADS, *(f"{name}-more" for name, rows in self.sections.items() if rows)]
             self._heads = "".join(render_to_string(f"{TEMPLATE}#{name}", context) for name in names)
         return self._heads
 
