@@ -224,9 +224,12 @@ class Gateway:
         context = call_context(
             await self._describe(params.name), name=params.name, server=self._server_name
         )
-        state = await self.countersign.submit(
-            self.countersign_tool(params.name), sent, context=context
-        )
+        # Shielded: a cancel that came while the submission was on its way would leave a call
+        # held that nobody withdraws. It is delivered in ``_wait``, which withdraws the call.
+        with anyio.CancelScope(shield=True):
+            state = await self.countersign.submit(
+                self.countersign_tool(params.name), sent, context=context
+            )
         if not protocol.is_final(state):
             state = await self._wait(state, held, tool=params.name)
         protocol.raise_unless_go(state)
