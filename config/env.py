@@ -6,6 +6,8 @@ Each reader refuses a malformed value at start-up rather than guessing: a typo i
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import os
 import re
 import secrets
@@ -284,4 +286,100 @@ def email_settings(*, debug: bool) -> EmailSettings:
         use_ssl=use_ssl,
         from_email=from_email or DEFAULT_FROM_EMAIL,
         configured=configured,
+    )
+
+
+# The value is never repeated in an error: it may hold a password.
+BAD_PROXY = (
+    "{name} {problem}; webhooks go through an http:// proxy, e.g. http://user:password@host:3128"
+)
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """An ``http://`` proxy: where to connect, and the ``Proxy-Authorization`` value for the
+    user and password in its URL, if any."""
+
+    host: str
+    port: int
+    authorization: str | None = None
+
+
+@dataclass(frozen=True)
+class OutboundProxies:
+    """The proxies of ``HTTP_PROXY``, ``HTTPS_PROXY`` and ``NO_PROXY`` (each also lower-case,
+    which wins, as curl and Python's urllib have it): which proxy a request to a URL of each
+    scheme goes through, and the hosts that are reached directly."""
+
+    http: Proxy | None = None
+    https: Proxy | None = None
+    no_proxy: tuple[str, ...] = ()  # lower-case entries, without a leading dot
+
+    def proxy_for(self, *, https: bool, host: str, port: int) -> Proxy | None:
+        """The proxy a request to ``host`` goes through; None where ``NO_PROXY`` names it."""
+        proxy = self.https if https else self.http
+        if proxy is None or any(_bypassed(entry, host.lower(), port) for entry in self.no_proxy):
+            return None
+        return proxy
+
+
+def _bypassed(entry: str, host: str, port: int) -> bool:
+    """Whether a ``NO_PROXY`` entry names the host: ``*``; the host or a domain it is in,
+    with or without ``:port``; an IP address, or a network in CIDR notation."""
+    if entry == "*":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+        return address in ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        pass
+    name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+    if entry_port and entry_port != str(port):
+        return False
+    return host == name or host.endswith(f".{name}")
+
+
+def _no_proxy_entries(value: str) -> tuple[str, ...]:
+    entries = (entry.strip().lower().lstrip(".") for entry in value.split(","))
+    return tuple(entry for entry in entries if entry)
+
+
+def _proxy_variable(name: str) -> str:
+    value = os.environ.get(name.lower())
+    return (os.environ.get(name, "") if value is None else value).strip()
+
+
+def parse_proxy_url(url: str, *, name: str) -> Proxy:
+    """An ``http://`` proxy URL (``host:port`` alone means one); anything else is refused at
+    start-up, never taken for no proxy: a request that should pass a proxy must not go out
+    directly."""
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        port = parts.port or 80
+    except ValueError:
+        raise ImproperlyConfigured(
+            BAD_PROXY.format(name=name, problem="is not a URL with a host and port")
+        ) from None
+    if parts.scheme != "http":
+        raise ImproperlyConfigured(
+            BAD_PROXY.format(name=name, problem="names a scheme other than http")
+        )
+    if not parts.hostname:
+        raise ImproperlyConfigured(BAD_PROXY.format(name=name, problem="names no host"))
+    authorization = None
+    if parts.username or parts.password:
+        login = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(login.encode()).decode()
+    return Proxy(parts.hostname, port, authorization)
+
+
+def outbound_proxies() -> OutboundProxies:
+    """The proxies webhooks go through, from the conventional variables."""
+    found = {}
+    for scheme in ("http", "https"):
+        name = f"{scheme.upper()}_PROXY"
+        url = _proxy_variable(name)
+        found[scheme] = parse_proxy_url(url, name=name) if url else None
+    return OutboundProxies(
+        found["http"], found["https"], _no_proxy_entries(_proxy_variable("NO_PROXY"))
     )

@@ -17,6 +17,7 @@ from config.env import (
     env_list,
     env_rate,
     env_str,
+    outbound_proxies,
     redis_channel_layer,
     secret_key,
 )
@@ -255,6 +256,10 @@ COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False)
 # Seconds any outbound request of a notification (a webhook, an Apprise service, the mail
 # server) may take to connect and to answer.
 COUNTERSIGN_NOTIFY_TIMEOUT = env_int("COUNTERSIGN_NOTIFY_TIMEOUT", 10, minimum=1, maximum=300)
+# Webhooks go through the http:// proxy of HTTPS_PROXY or HTTP_PROXY (by the target's scheme),
+# but to the hosts NO_PROXY names; each may be lower-case, which wins. Apprise's services read
+# the same variables themselves (through requests); mail never goes through a proxy.
+COUNTERSIGN_WEBHOOK_PROXIES = outbound_proxies()
 # Mail (email channels, password resets): EMAIL_URL, e.g. smtp://user:password@host:587?tls=1,
 # else Django's own EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,
 # EMAIL_USE_SSL, EMAIL_BACKEND. With none, mail is printed to the console under DEBUG (make

@@ -1,18 +1,25 @@
 """Real receivers on local ports for the notification tests: an HTTP server that records
-every request (webhooks, Apprise's json:// scheme) and an SMTP server (aiosmtpd) that keeps
-every message it is handed."""
+every request (webhooks, Apprise's json:// scheme), an SMTP server (aiosmtpd) that keeps
+every message it is handed, and a forward proxy (proxy.py) that webhooks go through."""
 
 from __future__ import annotations
 
 import email
 import email.policy
+import re
+import socket
 import ssl
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from aiosmtpd.controller import Controller
@@ -139,7 +146,6 @@ def self_signed(*, ip: str = "", dns: str = "") -> Certificate:
     """A certificate for the IP address ``ip`` or the host name ``dns``, valid for a day."""
     import datetime
     import ipaddress
-    import tempfile
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -176,3 +182,53 @@ def self_signed(*, ip: str = "", dns: str = "") -> Certificate:
         chain.flush()
         server.load_cert_chain(chain.name)
     return Certificate(server=server, pem=pem.decode())
+
+
+@dataclass(frozen=True)
+class ForwardProxy:
+    """A proxy.py forward proxy on 127.0.0.1 (``url`` has no credentials) and its log."""
+
+    url: str
+    log: Path
+
+    def requests(self, count: int, timeout: float = 10.0) -> list[str]:
+        """Each request it passed on, as its access log has it (``CONNECT host:port`` for a
+        tunnel, ``POST host:port/path`` for a plain request), once there are ``count`` or the
+        time is up: a line is written when the client's connection ends."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.log.read_text().splitlines() if self.log.exists() else []
+            found = [match[1] for line in lines if (match := _ACCESS.search(line))]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.02)
+
+
+_ACCESS = re.compile(r"server\.access_log:\d+ - [^ ]+ - ([A-Z]+ \S+)")
+
+
+@contextmanager
+def forward_proxy(*, basic_auth: str = "") -> Iterator[ForwardProxy]:
+    """proxy.py in a process of its own; with ``basic_auth`` (``user:password``) it asks for
+    those credentials."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "proxy.log"
+        command = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", str(port)]
+        command += ["--num-workers", "1", "--num-acceptors", "1", "--log-level", "INFO"]
+        command += ["--log-file", str(log), *(["--basic-auth", basic_auth] if basic_auth else [])]
+        process = subprocess.Popen(command, cwd=folder)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or process.poll() is not None:
+                        raise RuntimeError("proxy.py did not start") from None
+                    time.sleep(0.05)
+            yield ForwardProxy(f"http://127.0.0.1:{port}", log)
+        finally:
+            process.terminate()
+            process.wait(10)

@@ -8,8 +8,10 @@ A run of messages goes over one kept-alive connection of the standard library's
 What it must do is kept here: every connect, write and read times out after
 ``COUNTERSIGN_NOTIFY_TIMEOUT`` seconds, redirects are not followed (``http.client`` never
 follows one), an ``https`` target's certificate and host name are verified, the answer's
-headers are bounded by ``http.client`` and its body is read up to ``ANSWER_LIMIT`` bytes, and
-a user and password in the target are sent as Basic authentication."""
+headers are bounded by ``http.client`` and its body is read up to ``ANSWER_LIMIT`` bytes, a
+user and password in the target are sent as Basic authentication, and a target goes through
+the proxy of ``HTTPS_PROXY`` or ``HTTP_PROXY`` unless ``NO_PROXY`` names it (an ``https`` one
+tunnelled with ``CONNECT``)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from django.conf import settings
 from standardwebhooks import Webhook
 
 from approvals.senders.result import SendResult, failure
+from config.env import OutboundProxies, Proxy
 
 if TYPE_CHECKING:
     from approvals.models import Notification, NotificationChannel
@@ -91,8 +94,10 @@ class Target:
     https: bool
     host: str
     port: int | None
-    path: str  # with its query
+    path: str  # what the request line names: the path with its query, or through an
+    # http:// proxy, the whole URL
     headers: dict[str, str]  # the same for every message: Basic authentication, if any
+    proxy: Proxy | None = None  # the proxy the target is reached through
 
 
 def webhook_target(url: str) -> Target | None:
@@ -104,6 +109,7 @@ def webhook_target(url: str) -> Target | None:
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return None
+    https = parts.scheme == "https"
     path = quote(parts.path or "/", safe=PATH_SAFE)
     if parts.query:
         path += "?" + quote(parts.query, safe=PATH_SAFE + "?")
@@ -111,7 +117,15 @@ def webhook_target(url: str) -> Target | None:
     if parts.username or parts.password:
         login = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
         headers["authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
-    return Target(parts.scheme == "https", parts.hostname, port, path, headers)
+    proxies: OutboundProxies = settings.COUNTERSIGN_WEBHOOK_PROXIES
+    proxy = proxies.proxy_for(https=https, host=parts.hostname, port=port or (443 if https else 80))
+    if proxy is not None and not https:
+        # A plain request through a proxy names the whole URL; an https one is tunnelled.
+        authority = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        path = f"http://{authority}{'' if port is None else f':{port}'}{path}"
+        if proxy.authorization:
+            headers["proxy-authorization"] = proxy.authorization
+    return Target(https, parts.hostname, port, path, headers, proxy)
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
@@ -131,12 +145,18 @@ class Connection:
         self.http: http.client.HTTPConnection | None = None
 
     def _open(self) -> http.client.HTTPConnection:
-        target = self.target
-        if target.https:
-            return http.client.HTTPSConnection(
-                target.host, target.port, timeout=self.timeout, context=tls_context()
-            )
-        return http.client.HTTPConnection(target.host, target.port, timeout=self.timeout)
+        target, proxy = self.target, self.target.proxy
+        host, port = (target.host, target.port) if proxy is None else (proxy.host, proxy.port)
+        if not target.https:
+            return http.client.HTTPConnection(host, port, timeout=self.timeout)
+        connection = http.client.HTTPSConnection(
+            host, port, timeout=self.timeout, context=tls_context()
+        )
+        if proxy is not None:
+            # CONNECT through the proxy; TLS, and the certificate's check, with the target.
+            tunnel = {"proxy-authorization": proxy.authorization} if proxy.authorization else {}
+            connection.set_tunnel(target.host, target.port, headers=tunnel)
+        return connection
 
     def post(self, body: bytes, headers: dict[str, str]) -> int:
         """POST ``body``; the answer's status. Raises ``OSError`` or ``HTTPException``."""

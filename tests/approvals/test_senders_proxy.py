@@ -1,0 +1,110 @@
+"""Webhooks through a real forward proxy (proxy.py, in a process of its own): an https target
+is tunnelled with CONNECT and its certificate checked against the target, a plain one is sent
+to the proxy whole, NO_PROXY hosts are reached directly, and a proxy that cannot be passed is
+a failed attempt, never a request sent around it."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import pytest
+
+from approvals.senders import SendResult, send
+from approvals.senders import webhook as webhooks
+from config.env import OutboundProxies, parse_proxy_url
+from tests.approvals.test_senders import held_call, notification_of, verified, webhook
+from tests.live import free_port
+from tests.receivers import forward_proxy, http_receiver, self_signed
+
+pytestmark = pytest.mark.django_db
+
+
+def through(settings: Any, *, http: str = "", https: str = "", no: str = "") -> None:
+    settings.COUNTERSIGN_WEBHOOK_PROXIES = OutboundProxies(
+        http=parse_proxy_url(http, name="HTTP_PROXY") if http else None,
+        https=parse_proxy_url(https, name="HTTPS_PROXY") if https else None,
+        no_proxy=tuple(no.split(",")) if no else (),
+    )
+
+
+def test_an_https_webhook_is_tunnelled_and_its_certificate_checked_against_the_target(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notification = notification_of(held_call())
+    ours, elsewhere = self_signed(ip="127.0.0.1"), self_signed(dns="elsewhere.example.test")
+    with forward_proxy() as proxy:
+        through(settings, https=proxy.url)
+        with http_receiver(tls=ours.server) as receiver:
+            trusting = ssl.create_default_context(cadata=ours.pem)
+            monkeypatch.setattr(webhooks, "tls_context", lambda: trusting)
+            sent = send(channel=webhook(f"{receiver.url}/hooks"), notification=notification)
+            [got] = receiver.wait_for(1)
+        assert sent == SendResult(ok=True, status_code=204)
+        assert got.path == "/hooks"
+        assert verified(got)["data"]["call"]["id"] == str(notification.call_id)
+        assert "proxy-authorization" not in got.headers
+        port = receiver.url.rsplit(":", 1)[1]
+        assert proxy.requests(1) == [f"CONNECT 127.0.0.1:{port}"]
+        # The tunnel's far end is the target: a certificate for another name is refused.
+        with http_receiver(tls=elsewhere.server) as receiver:
+            trusting = ssl.create_default_context(cadata=elsewhere.pem)
+            monkeypatch.setattr(webhooks, "tls_context", lambda: trusting)
+            refused = send(channel=webhook(receiver.url), notification=notification)
+            assert receiver.requests == []
+    assert not refused.ok
+    assert refused.error.startswith("SSLCertVerificationError")
+
+
+def test_a_plain_webhook_goes_to_the_proxy_whole_with_the_proxy_credentials(
+    settings: Any,
+) -> None:
+    notification = notification_of(held_call())
+    with forward_proxy(basic_auth="relay:s3cret") as proxy, http_receiver() as receiver:
+        through(settings, http=proxy.url.replace("://", "://relay:s3cret@"))
+        sent = send(channel=webhook(f"{receiver.url}/in?x=1"), notification=notification)
+        [got] = receiver.wait_for(1)
+        assert proxy.requests(1) == [f"POST {receiver.url.removeprefix('http://')}/in?x=1"]
+    assert sent == SendResult(ok=True, status_code=204)
+    assert got.path == "/in?x=1"
+    assert verified(got)["type"] == "call.held"
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_wrong_proxy_credentials_fail_the_attempt_without_naming_them(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, tls: bool
+) -> None:
+    notification = notification_of(held_call())
+    certificate = self_signed(ip="127.0.0.1")
+    monkeypatch.setattr(
+        webhooks, "tls_context", lambda: ssl.create_default_context(cadata=certificate.pem)
+    )
+    with forward_proxy(basic_auth="relay:s3cret") as proxy:
+        wrong = proxy.url.replace("://", "://relay:hunter2@")
+        through(settings, http=wrong, https=wrong)
+        with http_receiver(tls=certificate.server if tls else None) as receiver:
+            failed = send(channel=webhook(receiver.url), notification=notification)
+            assert receiver.requests == []
+    assert not failed.ok
+    assert "407" in failed.error
+    assert "hunter2" not in failed.error
+
+
+def test_no_proxy_hosts_are_reached_directly_and_no_other_host_is(
+    settings: Any,
+) -> None:
+    notification = notification_of(held_call())
+    nowhere = f"http://127.0.0.1:{free_port()}"  # a proxy that is not running
+    with http_receiver() as receiver:
+        through(settings, http=nowhere, https=nowhere, no="localhost,127.0.0.1")
+        direct = send(channel=webhook(receiver.url), notification=notification)
+        through(settings, http=nowhere, no="localhost")
+        stopped = send(channel=webhook(receiver.url), notification=notification)
+        # Only the target's own scheme's proxy counts: an http target ignores HTTPS_PROXY.
+        through(settings, https=nowhere)
+        other_scheme = send(channel=webhook(receiver.url), notification=notification)
+        got = receiver.wait_for(2)
+    assert direct == other_scheme == SendResult(ok=True, status_code=204)
+    assert not stopped.ok
+    assert stopped.error.startswith("ConnectionRefusedError")
+    assert len(got) == 2
