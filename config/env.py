@@ -366,11 +366,16 @@ def parse_proxy_url(url: str, *, name: str) -> Proxy:
         )
     if not parts.hostname:
         raise ImproperlyConfigured(BAD_PROXY.format(name=name, problem="names no host"))
-    authorization = None
-    if parts.username or parts.password:
-        login = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-        authorization = "Basic " + base64.b64encode(login.encode()).decode()
-    return Proxy(parts.hostname, port, authorization)
+    return Proxy(parts.hostname, port, basic_credentials(parts.username, parts.password))
+
+
+def basic_credentials(username: str | None, password: str | None) -> str | None:
+    """The Basic authentication header value for a URL's user and password (percent-encoded,
+    as a URL has them); None where it has neither."""
+    if not (username or password):
+        return None
+    login = f"{unquote(username or '')}:{unquote(password or '')}"
+    return "Basic " + base64.b64encode(login.encode()).decode()
 
 
 def outbound_proxies() -> OutboundProxies:

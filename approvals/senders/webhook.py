@@ -27,13 +27,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
 from django.conf import settings
 from standardwebhooks import Webhook
 
 from approvals.senders.result import SendResult, failure
-from config.env import OutboundProxies, Proxy
+from config.env import OutboundProxies, Proxy, basic_credentials
 
 if TYPE_CHECKING:
     from approvals.models import Notification, NotificationChannel
@@ -114,9 +114,9 @@ def webhook_target(url: str) -> Target | None:
     if parts.query:
         path += "?" + quote(parts.query, safe=PATH_SAFE + "?")
     headers = {"content-type": "application/json", "user-agent": USER_AGENT}
-    if parts.username or parts.password:
-        login = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-        headers["authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
+    authorization = basic_credentials(parts.username, parts.password)
+    if authorization:
+        headers["authorization"] = authorization
     proxies: OutboundProxies = settings.COUNTERSIGN_WEBHOOK_PROXIES
     proxy = proxies.proxy_for(https=https, host=parts.hostname, port=port or (443 if https else 80))
     if proxy is not None and not https:
