@@ -366,6 +366,29 @@ class LedgerEntry(models.Model):
         return f"{self.minor} on ledger {self.ledger_id}"
 
 
+class LedgerHour(models.Model):
+    """A ledger's total of its entries recorded in one UTC hour, voided ones left out: kept in
+    the transaction of every entry recorded or voided, so that a window's total reads these
+    rows and at most the entries of the hour its window starts in (``ledger_entry_totals``)."""
+
+    # Found by (ledger, hour), the unique constraint's index: no index of its own.
+    ledger = models.ForeignKey(
+        Ledger, on_delete=models.PROTECT, related_name="hours", db_index=False
+    )
+    hour = models.DateTimeField(help_text="The hour's start, UTC.")
+    minor = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["ledger", "hour"], name="one_ledger_hour"),
+            # A void taken twice, or from the wrong hour, fails rather than lowering a total.
+            models.CheckConstraint(condition=Q(minor__gte=0), name="ledger_hour_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.minor} on ledger {self.ledger_id} in the hour from {self.hour}"
+
+
 AUDIT_NOT_CHANGED = "audit entries cannot be changed"
 AUDIT_NOT_DELETED = "audit entries cannot be deleted"
 

@@ -131,6 +131,7 @@ def _fill(decided: int, pending: int) -> Filled:
     from django.utils import timezone
 
     from approvals.models import Approval, AuditEntry, Call, Gate, Ledger, LedgerEntry
+    from approvals.queries.ledger_hours import ledger_hours_add
     from approvals.services.agents import agent_create_or_update
     from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT
     from approvals.services.rules import cap_rule_save
@@ -241,7 +242,9 @@ def _fill(decided: int, pending: int) -> Filled:
         with transaction.atomic():
             Call.objects.bulk_create([row for row, *_ in batch])
             Approval.objects.bulk_create([a for _, approvals, _, _ in batch for a in approvals])
-            LedgerEntry.objects.bulk_create([e for _, _, entries, _ in batch for e in entries])
+            written = [e for _, _, entries, _ in batch for e in entries]
+            LedgerEntry.objects.bulk_create(written)
+            ledger_hours_add((e.ledger_id, e.recorded_at, e.minor) for e in written)
             AuditEntry.objects.bulk_create([a for *_, audit in batch for a in audit])
         rows["approvals"] += sum(len(approvals) for _, approvals, _, _ in batch)
         rows["ledger_entries"] += sum(len(entries) for _, _, entries, _ in batch)

@@ -9,14 +9,16 @@ Every factory runs in this process against the test database; a server in anothe
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 from collections.abc import Sequence
 from datetime import datetime
 
+from django.apps import apps
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Group, Permission, User
 
-from approvals.models import Agent, AgentToken, Call, CapRule, Gate
+from approvals.models import Agent, AgentToken, Call, CapRule, Gate, LedgerEntry, LedgerHour
 from approvals.services.agents import SHOWN_PREFIX_LENGTH, agent_token_issue, token_digest
 from approvals.services.calls import call_submit
 from approvals.services.rules import cap_rule_save, gate_ensure
@@ -163,3 +165,13 @@ def call_make(
     )
     call, _ = call_submit(agent=agent, submission=submission, now=now)
     return call
+
+
+def ledger_entries_move(*, recorded_at: datetime) -> None:
+    """Every ledger entry dated ``recorded_at``, and the ledgers' hours made anew from them
+    as the migration that brought the hours fills them: time passing for what was spent
+    (the service never moves an entry)."""
+    LedgerEntry.objects.update(recorded_at=recorded_at)
+    LedgerHour.objects.all().delete()
+    migration = importlib.import_module("approvals.migrations.0013_ledger_hours")
+    migration.hours_from_entries(apps, None)

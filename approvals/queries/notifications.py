@@ -166,9 +166,6 @@ def notifications_run_read(
     channel; None if none is. Each message has only the fields a send and its record read
     (the others are deferred), the channel its kind, target, secret and name."""
     message_fields = sql.fields(Notification, *_RUN_MESSAGE)
-    # The call's id read as the call's own field reads it: a foreign key's column has no
-    # converter of its own (a UUID would stay text on SQLite).
-    read_as = tuple(getattr(field, "target_field", field) for field in message_fields)
     channel_fields = sql.fields(NotificationChannel, *_RUN_CHANNEL)
     keys = [_key(notification_id) for notification_id in notification_ids]
     rows = sql.rows(_RUN + _marks(len(keys)), [PENDING, *keys])
@@ -183,7 +180,7 @@ def notifications_run_read(
     names = [field.attname for field in message_fields]
     by_id = {}
     for row in rows:
-        values = sql.converted(row[:split], read_as)
+        values = sql.converted(row[:split], message_fields)
         by_id[values[0]] = Notification.from_db(connection.alias, names, values)
     return channel, [by_id[key] for key in notification_ids if key in by_id]
 

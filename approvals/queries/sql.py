@@ -92,7 +92,9 @@ _converters: weakref.WeakKeyDictionary[
 def _converters_of(wrapper: BaseDatabaseWrapper, field: AnyField) -> tuple[Any, tuple[Any, ...]]:
     known = _converters.setdefault(wrapper, {})
     if field not in known:
-        column = field.cached_col
+        # As the ORM reads a column: a foreign key's through the field it refers to (a UUID
+        # key is text on SQLite, and only the UUID field's converter makes it a UUID).
+        column = field.get_col(field.model._meta.db_table)
         found = wrapper.ops.get_db_converters(column) + column.get_db_converters(wrapper)
         known[field] = (column, tuple(found))
     return known[field]

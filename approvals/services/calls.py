@@ -27,6 +27,7 @@ from approvals.models import (
 from approvals.notify import notify_call
 from approvals.queries import sql
 from approvals.queries.calls import KeyHolder, call_key_holder
+from approvals.queries.ledger_hours import ledger_hours_add
 from approvals.queries.ledgers import ledgers_create, ledgers_read
 from approvals.queries.policy_stamps import policy_stamp_read
 from approvals.queries.run_counters import run_cost_count, run_cost_read, run_counter_count
@@ -101,15 +102,14 @@ def ledger_record(
     ledgers: dict[capcore.LedgerKey, Ledger],
     now: datetime,
 ) -> None:
-    """Add a call's amounts to its ledgers (the caller holds their locks)."""
-    sql.insert(
-        [
-            LedgerEntry(
-                ledger=ledgers[record.ledger], call=call, minor=record.minor, recorded_at=now
-            )
-            for record in records
-        ]
-    )
+    """Add a call's amounts to its ledgers, and to their totals of this hour (the caller
+    holds their locks)."""
+    entries = [
+        LedgerEntry(ledger=ledgers[record.ledger], call=call, minor=record.minor, recorded_at=now)
+        for record in records
+    ]
+    sql.insert(entries)
+    ledger_hours_add((entry.ledger_id, now, entry.minor) for entry in entries)
 
 
 def call_end(

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import AuditEntry, LedgerEntry
+from approvals.queries.ledger_hours import ledger_hour_take
 from approvals.services.audit import audit_record
 
 VOID_NEEDS_REASON = "A voided entry needs a reason."
@@ -32,6 +33,7 @@ def ledger_entry_void(
     entry.voided_at = now or timezone.now()
     entry.void_reason = reason.strip()
     entry.save(update_fields=["voided_at", "void_reason"])
+    ledger_hour_take(ledger_id=entry.ledger_id, moment=entry.recorded_at, minor=entry.minor)
     audit_record(
         action=AuditEntry.Action.LEDGER_ENTRY_VOIDED,
         obj=entry,

@@ -35,7 +35,7 @@ from approvals.services.decisions import DEFAULT_DENY_COMMENT, call_decide
 from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT, calls_expire_due
 from approvals.services.rules import budget_save, cap_rule_save
 from tests.asgi import asgi_response, chunked_request
-from tests.factories import agent_with_token, token_make, user_make
+from tests.factories import agent_with_token, ledger_entries_move, token_make, user_make
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -872,7 +872,7 @@ def test_a_sum_cap_without_window_counts_all_time(agent: Agent) -> None:
     )
     # Only allowed calls are recorded; an entry a year old still counts.
     assert LedgerEntry.objects.count() == 2
-    LedgerEntry.objects.update(recorded_at=timezone.now() - timedelta(days=365))
+    ledger_entries_move(recorded_at=timezone.now() - timedelta(days=365))
     assert created(pay("0.01"))["status"] == "pending"
 
 
@@ -884,9 +884,9 @@ def test_a_rolling_sum_window_forgets_entries_older_than_the_window(agent: Agent
     assert held["reasons"][0]["message"] == (
         "USD 101.00 would exceed the limit of USD 100.00 per 1h (spent USD 100.00)"
     )
-    LedgerEntry.objects.update(recorded_at=timezone.now() - timedelta(minutes=59))
+    ledger_entries_move(recorded_at=timezone.now() - timedelta(minutes=59))
     assert created(pay("1"))["status"] == "pending"
-    LedgerEntry.objects.update(recorded_at=timezone.now() - timedelta(minutes=61))
+    ledger_entries_move(recorded_at=timezone.now() - timedelta(minutes=61))
     assert created(pay("100"))["status"] == "allowed"
 
 
@@ -899,9 +899,9 @@ def test_a_calendar_day_window_starts_at_utc_midnight(agent: Agent) -> None:
         "USD 101.00 would exceed the limit of USD 100.00 per day (spent USD 100.00)"
     )
     midnight = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-    LedgerEntry.objects.update(recorded_at=midnight)
+    ledger_entries_move(recorded_at=midnight)
     assert created(pay("1"))["status"] == "refused"  # midnight itself is today
-    LedgerEntry.objects.update(recorded_at=midnight - timedelta(microseconds=1))
+    ledger_entries_move(recorded_at=midnight - timedelta(microseconds=1))
     assert created(pay("100"))["status"] == "allowed"
 
 

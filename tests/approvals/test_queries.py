@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import approvals.queries
-from approvals.models import Ledger
+from approvals.models import Ledger, LedgerEntry
 from approvals.queries import sql
 from approvals.services.calls import call_submit
 from approvals.services.rules import cap_rule_save
@@ -103,18 +104,25 @@ def test_the_orm_hooks_the_runner_reads_values_through_are_there() -> None:
     """Early warning: ``sql.converted`` reads rows through the ORM's own converters, found by
     undocumented (not private) names; an upgrade that renames them fails here first."""
     field = Ledger._meta.get_field("rule")
-    column = field.cached_col
+    column = field.get_col(Ledger._meta.db_table)
     assert callable(connection.ops.get_db_converters)
     assert callable(column.get_db_converters)
     assert sql.converted(["daily"], [field]) == ["daily"]
 
 
+def test_a_foreign_key_to_a_uuid_is_read_as_a_uuid() -> None:
+    """As the ORM reads it: on SQLite the column holds the key as text."""
+    call_id = uuid.uuid4()
+    stored = sql.prepared(LedgerEntry._meta.get_field("call"), call_id)
+    assert sql.converted([stored], [LedgerEntry._meta.get_field("call")]) == [call_id]
+
+
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="reads SQLite's query plan")
 def test_a_ledger_windows_total_is_read_from_the_index_alone(db: None) -> None:
-    """A submission sums every entry in its ledgers' windows; the table's rows are never
-    visited for it."""
+    """A submission sums the entries of the hour its ledgers' rolling windows start in; the
+    entries' rows are never visited for it."""
     agent = agent_make(principal="user-1")
-    cap_rule_save(line="daily: pay arg=amount sum USD 1000.00 per day -> gate")
+    cap_rule_save(line="daily: pay arg=amount sum USD 1000.00 per 24h -> gate")
     with CaptureQueriesContext(connection) as captured:
         call_submit(
             agent=agent,

@@ -10,7 +10,16 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import capcore
-from approvals.models import Agent, Budget, Call, CapRule, Ledger, LedgerEntry, RunCounter
+from approvals.models import (
+    Agent,
+    Budget,
+    Call,
+    CapRule,
+    Ledger,
+    LedgerEntry,
+    LedgerHour,
+    RunCounter,
+)
 from approvals.queries import ledgers
 from approvals.services.calls import (
     LEDGER_VANISHED,
@@ -70,6 +79,7 @@ def test_a_ledger_deleted_while_it_is_locked_refuses_the_call_and_stores_nothing
         create(identities)
         # Deleted between the insert-if-missing and the lock.
         LedgerEntry.objects.all().delete()
+        LedgerHour.objects.all().delete()
         Ledger.objects.all().delete()
 
     # services.calls imported it by name: patch it there.
