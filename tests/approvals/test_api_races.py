@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 from django.test.client import ClientHandler
 
-from approvals.models import Call, LedgerEntry
+from approvals.models import Call, LedgerEntry, LedgerHour
 from tests.factories import agent_with_token, rule_make
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,6 +93,7 @@ def test_200_simultaneous_submissions_allow_exactly_the_limit() -> None:
         "pending": 100,
     }
     assert sum(LedgerEntry.objects.values_list("minor", flat=True)) == 100_000
+    assert sum(LedgerHour.objects.values_list("minor", flat=True)) == 100_000
 
 
 def test_concurrent_requests_with_one_idempotency_key_create_one_call() -> None:

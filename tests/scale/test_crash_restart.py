@@ -21,7 +21,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from approvals.errors import LIMITER_UNAVAILABLE
-from approvals.models import Approval, AuditEntry, Call, LedgerEntry
+from approvals.models import Approval, AuditEntry, Call, LedgerEntry, LedgerHour
 from approvals.services.decisions import call_decide
 from approvals.services.rules import cap_rule_save
 from countersign import Client, waiting
@@ -167,6 +167,8 @@ def _assert_consistent(
     assert {entry.call.status for entry in entries} == {"approved"}
     assert len({entry.call_id for entry in entries}) == len(entries)
     assert sum(entry.minor for entry in entries) == expected_total
+    # The ledgers' hours were kept in the entries' transactions: their totals agree.
+    assert sum(LedgerHour.objects.values_list("minor", flat=True)) == expected_total
     # The audit log: per call, one "call pending" and exactly one decision row, the right one.
     audit = Counter(
         AuditEntry.objects.filter(object_type="call").values_list("object_id", "action")
