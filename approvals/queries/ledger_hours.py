@@ -12,17 +12,19 @@ from approvals.models import LedgerHour
 from approvals.queries import sql
 
 HOUR = timedelta(hours=1)
+NO_SUCH_HOUR = "a voided entry's hour has no total to take it from"
 
 _ADD = sql.statement("INSERT INTO {H} ({H.ledger}, {H.hour}, {H.minor}) VALUES ", H=LedgerHour)
 _ADD_ROW = "(%s, %s, %s)"
-_TAKE = sql.statement(
-    "UPDATE {H} SET {H.minor} = {H.minor} - %s WHERE {H.ledger} = %s AND {H.hour} = %s",
-    H=LedgerHour,
-)
-NO_SUCH_HOUR = "a voided entry's hour has no total to take it from"
 _ADD_END = sql.statement(
     " ON CONFLICT ({H.ledger}, {H.hour})"
     " DO UPDATE SET {H.minor} = {H}.{H.minor} + excluded.{H.minor}",
+    H=LedgerHour,
+)
+# Not an upsert of a negative amount: SQLite checks the row to insert against the table's
+# CHECK before it finds the conflict, and would refuse every void.
+_TAKE = sql.statement(
+    "UPDATE {H} SET {H.minor} = {H.minor} - %s WHERE {H.ledger} = %s AND {H.hour} = %s",
     H=LedgerHour,
 )
 
