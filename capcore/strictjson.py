@@ -140,8 +140,11 @@ def _exact_numbers(root: dict[str, object] | list[object]) -> tuple[list[dict[st
     objects: list[dict[str, object]] = []
     zeros = False
     level: list[Any] = [root]
+    # Locals: a global or an attribute looked up per value is a good part of a step.
+    small_ints, small, lossless = _SMALL_INTS, len(_SMALL_INTS), jiter.LosslessFloat
     for _ in range(MAX_DEPTH):
         below: list[Any] = []
+        gather = below.append
         for node in level:
             members: Iterable[tuple[Any, Any]]
             if type(node) is dict:
@@ -154,18 +157,18 @@ def _exact_numbers(root: dict[str, object] | list[object]) -> tuple[list[dict[st
                 if kind is str:
                     continue
                 if kind is dict or kind is list:
-                    below.append(child)
+                    gather(child)
                 elif kind is int:
-                    if 0 < child < len(_SMALL_INTS):
-                        node[key] = _SMALL_INTS[child]
+                    if 0 < child < small:
+                        node[key] = small_ints[child]
                     elif child == 0:
-                        node[key] = _SMALL_INTS[0]
+                        node[key] = small_ints[0]
                         zeros = True
                     elif -_INT_LIMIT < child < _INT_LIMIT:
                         node[key] = JSONNumber(str(child))
                     else:
                         raise _Unvouched
-                elif kind is jiter.LosslessFloat:
+                elif kind is lossless:
                     node[key] = JSONNumber(str(child))
         if not below:
             return objects, zeros
