@@ -120,9 +120,9 @@ def webhook_target(url: str) -> Target | None:
     proxies: OutboundProxies = settings.COUNTERSIGN_WEBHOOK_PROXIES
     proxy = proxies.proxy_for(https=https, host=parts.hostname, port=port or (443 if https else 80))
     if proxy is not None and not https:
-        # A plain request through a proxy names the whole URL; an https one is tunnelled.
-        authority = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        path = f"http://{authority}{'' if port is None else f':{port}'}{path}"
+        # A plain request through a proxy names the whole URL (without the target's user and
+        # password, sent in their own header); an https one is tunnelled.
+        path = f"http://{parts.netloc.rpartition('@')[2]}{path}"
         if proxy.authorization:
             headers["proxy-authorization"] = proxy.authorization
     return Target(https, parts.hostname, port, path, headers, proxy)

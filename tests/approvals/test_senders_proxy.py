@@ -5,6 +5,7 @@ a failed attempt, never a request sent around it."""
 
 from __future__ import annotations
 
+import base64
 import ssl
 from typing import Any
 
@@ -62,11 +63,14 @@ def test_a_plain_webhook_goes_to_the_proxy_whole_with_the_proxy_credentials(
     notification = notification_of(held_call())
     with forward_proxy(basic_auth="relay:s3cret") as proxy, http_receiver() as receiver:
         through(settings, http=proxy.url.replace("://", "://relay:s3cret@"))
-        sent = send(channel=webhook(f"{receiver.url}/in?x=1"), notification=notification)
+        # The target's own user and password go in its Authorization header, not the URL.
+        target = receiver.url.replace("://", "://hook:pw@") + "/in?x=1"
+        sent = send(channel=webhook(target), notification=notification)
         [got] = receiver.wait_for(1)
         assert proxy.requests(1) == [f"POST {receiver.url.removeprefix('http://')}/in?x=1"]
     assert sent == SendResult(ok=True, status_code=204)
     assert got.path == "/in?x=1"
+    assert got.headers["authorization"] == "Basic " + base64.b64encode(b"hook:pw").decode()
     assert verified(got)["type"] == "call.held"
 
 
