@@ -4,32 +4,29 @@ The value a cap reads, the value an approver sees and the value the tool decodes
 the same value, so anything a lenient parser would resolve one way and another parser another
 way (duplicate names, case-variant names, lone surrogates, NaN, trailing data) is refused.
 
-Two readers, one result. The fast reader: jiter (native code) parses the document once,
-without its duplicate-key check (which costs it half again); one walk of the tree, a loop per
-level, turns jiter's numbers into ``JSONNumber`` (the exact text: an integer's ``str`` is its
-literal, a lossless float keeps its own), counts the levels and gathers the containers. Two
-cheap facts then vouch for the names. The objects hold as many members as the text has
-colons outside strings: every member has one, and jiter keeps one member per repeated name,
-so a duplicate leaves a colon over (the colons inside strings are counted in the tree's
-strings, in C, only when the text has more colons than members). And no two distinct names
-of the whole document casefold alike, so no two of one object do.
+Two readers, one result. The fast reader: the standard library's C decoder, numbers as
+``JSONNumber`` (their exact text), and one hook per object that only keeps it (the dict is
+built in C). Cheap facts then vouch for what no hook checked. The objects hold as many members
+as the text has colons outside strings: every member has one, and the decoder keeps one
+member per repeated name, so a duplicate leaves a colon over (the colons inside strings are
+counted, in C, only when the text has more colons than members). No two distinct names of
+the whole document casefold alike, so no two of one object do. And the text's brackets bound
+the depth (the tree is walked only when they cannot).
 
-Whatever the fast reader cannot vouch for is read by the hooked reader: the standard
-library's C decoder with a hook per object for the names, numbers as ``JSONNumber``. It gives
-the reason of a refusal, so both readers accept the same documents with the same values.
-Depth and lone surrogates have no hook: the hooked reader walks the parsed tree only when a
-cheap scan of the text says they could fail, and the escaped-surrogate scan guards both
-readers' values.
+Whatever the fast reader cannot vouch for is read by the hooked reader: the same decoder with
+a hook per object for the names, which gives the reason of a refusal, so both readers accept
+the same documents with the same values. Depth and lone surrogates have no hook: the hooked
+reader walks the parsed tree only when a cheap scan of the text says they could fail, and the
+escaped-surrogate scan guards both readers' values.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterable, Sequence
-from typing import Any, NoReturn
-
-import jiter
+import threading
+from collections.abc import Collection, Sequence
+from typing import NoReturn
 
 from capcore.amounts import JSONNumber
 from capcore.errors import ArgAbsent, ArgsNotStrict
@@ -85,19 +82,33 @@ _DECODER = json.JSONDecoder(
     parse_constant=_refuse_constant,
 )
 
-# jiter reads the literal -0 as the integer 0, whose str is "0": a document with a 0 and this
-# (also found in strings: "-0" before a delimiter) takes the hooked reader.
-_NEGATIVE_ZERO = re.compile(rb"-0(?![.0-9eE])")
-# Small non-negative integers are most of the numbers of tool arguments: their JSONNumber is
-# made once (str() and JSONNumber() per number cost as much as the rest of the walk).
-_SMALL_INTS = tuple(JSONNumber(str(n)) for n in range(1024))
-# Longer integers take the hooked reader: str() of a long int costs quadratic time, and
-# sys.set_int_max_str_digits can refuse it.
-_INT_LIMIT = 10**18
+
+class _Gathering(threading.local):
+    """Per thread: the decoder of the fast reader, whose object hook keeps each object it is
+    given in ``objects`` (the reader empties it after each document)."""
+
+    def __init__(self) -> None:
+        self.objects: list[dict[str, object]] = []
+        keep = self.objects.append
+
+        def kept(obj: dict[str, object]) -> dict[str, object]:
+            keep(obj)
+            return obj
+
+        self.decoder = json.JSONDecoder(
+            object_hook=kept,
+            parse_float=JSONNumber,
+            parse_int=JSONNumber,
+            parse_constant=_refuse_constant,
+        )
 
 
-class _Unvouched(Exception):
-    """Raised and caught inside the fast reader: the hooked reader must decide."""
+_GATHERING = _Gathering()
+# Every byte but the colons, brackets and braces: deleted, they leave a text's marks in order
+# (one pass in C; each count of a mark is then over a short text).
+_ALL_BUT_MARKS = bytes(range(256)).translate(None, b"{}[]:")
+_ALL_BUT_BRACES = bytes(range(256)).translate(None, b"{}")
+_EMPTY_BRACES = re.compile(rb"\{\}")
 
 
 def _utf8(data: bytes) -> str | None:
@@ -130,52 +141,6 @@ def _text(data: bytes | str) -> str:
     return text
 
 
-def _exact_numbers(root: dict[str, object] | list[object]) -> tuple[list[dict[str, object]], bool]:
-    """The objects of ``root``, after its numbers were made ``JSONNumber`` in place, and
-    whether an integer was 0 (jiter reads ``-0`` as 0).
-
-    One loop per level (no call per container); raises ``_Unvouched`` for more than
-    ``MAX_DEPTH`` levels or a long integer.
-    """
-    objects: list[dict[str, object]] = []
-    zeros = False
-    level: list[Any] = [root]
-    # Locals: a global or an attribute looked up per value is a good part of a step.
-    small_ints, small, lossless = _SMALL_INTS, len(_SMALL_INTS), jiter.LosslessFloat
-    for _ in range(MAX_DEPTH):
-        below: list[Any] = []
-        gather = below.append
-        for node in level:
-            members: Iterable[tuple[Any, Any]]
-            if type(node) is dict:
-                objects.append(node)
-                members = node.items()
-            else:
-                members = enumerate(node)
-            for key, child in members:
-                kind = type(child)
-                if kind is str:
-                    continue
-                if kind is dict or kind is list:
-                    gather(child)
-                elif kind is int:
-                    if 0 < child < small:
-                        node[key] = small_ints[child]
-                    elif child == 0:
-                        node[key] = small_ints[0]
-                        zeros = True
-                    elif -_INT_LIMIT < child < _INT_LIMIT:
-                        node[key] = JSONNumber(str(child))
-                    else:
-                        raise _Unvouched
-                elif kind is lossless:
-                    node[key] = JSONNumber(str(child))
-        if not below:
-            return objects, zeros
-        level = below
-    raise _Unvouched
-
-
 def _colons_in_strings(raw: bytes) -> int:
     """The colons inside the strings of ``raw``, a valid JSON text. Once the escaped
     backslashes and then the escaped quotes are gone (left to right, pairing them as a parser
@@ -185,30 +150,62 @@ def _colons_in_strings(raw: bytes) -> int:
     return b"".join(raw.split(b'"')[1::2]).count(b":")
 
 
-def _read_fast(raw: bytes) -> dict[str, object] | list[object] | None:
-    """The value of the UTF-8 document ``raw``, an object or an array; ``None`` when the
-    hooked reader must decide (anything else, or anything this reader cannot vouch for)."""
+def _braces_nest_at_most(marks: bytes, most: int) -> bool:
+    """The braces of ``marks`` nest at most ``most`` deep: each pass deletes the pairs that
+    were empty before it, one level."""
+    braces = marks.translate(None, _ALL_BUT_BRACES)
+    for _ in range(most):
+        if not braces:
+            return True
+        braces = _EMPTY_BRACES.sub(b"", braces)
+    return not braces
+
+
+def _depth_within_limit(marks: bytes, objects: int, value: object) -> bool:
+    """``value``, read from a text of ``marks`` with ``objects`` objects, nests at most
+    ``MAX_DEPTH`` containers deep. A path through the tree has at most as many arrays as the
+    text has ``[``, and, when every brace of the text is an object's, at most as many objects
+    as the braces nest; only when that bound is over the limit is the tree walked."""
+    arrays_at_most = marks.count(b"[")
+    opening = marks.count(b"{")
+    if arrays_at_most + opening <= MAX_DEPTH:
+        return True
+    if (
+        opening == objects == marks.count(b"}")
+        and arrays_at_most < MAX_DEPTH
+        and _braces_nest_at_most(marks, MAX_DEPTH - arrays_at_most)
+    ):
+        return True
+    return not _too_deep(value)
+
+
+def _read_fast(raw: bytes, text: str) -> object:
+    """The value of the document ``raw`` (``text`` decoded); ``None`` when the hooked reader
+    must decide (anything that is not strict, or anything this reader cannot vouch for)."""
+    gathering = _GATHERING
+    objects = gathering.objects
     try:
-        value = jiter.from_json(raw, allow_inf_nan=False, float_mode="lossless-float")
-    except ValueError:
-        return None
-    if type(value) is not dict and type(value) is not list:
-        return None
-    try:
-        objects, zeros = _exact_numbers(value)
-    except _Unvouched:
-        return None
-    if zeros and b"-0" in raw and _NEGATIVE_ZERO.search(raw):
-        return None
-    # One colon per member: a repeated name, which jiter keeps once, leaves one over. Counting
-    # the colons inside strings costs a split of the text, so only when there are any.
-    members = sum(map(len, objects))
-    colons = raw.count(b":")
-    if members != colons and members != colons - _colons_in_strings(raw):
-        return None
-    if _names_fold_together(set().union(*objects)):
-        return None
-    return value
+        try:
+            value, end = gathering.decoder.raw_decode(text, _leading_blanks(text))
+        except (ValueError, RecursionError, ArgsNotStrict):
+            return None
+        if end != len(text) and text[end:].strip(_JSON_BLANKS):
+            return None
+        marks = raw.translate(None, _ALL_BUT_MARKS)
+        # One colon per member: a repeated name, which the decoder keeps once, leaves one
+        # over. Counting the colons inside strings costs a split of the text, so only when
+        # there are any.
+        members = sum(map(len, objects))
+        colons = marks.count(b":")
+        if members != colons and members != colons - _colons_in_strings(raw):
+            return None
+        if _names_fold_together(set().union(*objects)):
+            return None
+        if not _depth_within_limit(marks, len(objects), value):
+            return None
+        return value
+    finally:
+        objects.clear()
 
 
 def _has_objects(raw: bytes, count: int) -> bool:
@@ -279,7 +276,7 @@ def strict_loads(data: bytes | str) -> object:
     raw = data if type(data) is bytes else text.encode()
     value: object = None
     if _has_objects(raw, FAST_READER_FROM_OBJECTS):
-        value = _read_fast(raw)
+        value = _read_fast(raw, text)
     if value is None:
         value = _read_hooked(text)
     # A correct escaped pair decodes to one code point; a lone escape stays a surrogate.
