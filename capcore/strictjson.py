@@ -49,7 +49,7 @@ _JSON_BLANKS = " \t\n\r"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
-# Below this many objects the per-object hook costs less than the fast reader's walk (bench/).
+# Below this many objects the names hook costs less than the fast reader's checks (bench/).
 # The tests set it to 0 and to 10**9 to run every case through each reader.
 FAST_READER_FROM_OBJECTS = 3
 
