@@ -13,8 +13,13 @@ The middleware chain is Django's synchronous one, run whole on that thread. Djan
 handler builds an asynchronous chain, and each of Django's own middleware in it (sessions,
 CSRF, authentication, messages, …) crosses to a thread and back for each of its hooks:
 about a dozen switches between the event loop and a thread for one request to a synchronous
-view, which every view here is (the agent API, the pages, admin). Here a request crosses once
-for the whole chain. An asynchronous view still works, called back on the event loop.
+view, which every view here is (the agent API, the pages, admin). Besides the chain, Django
+crosses for the ``request_started`` receivers before it and for the response's close after
+the response is sent. Here a request crosses once: the receivers, the chain and, when the
+response's content is whole (not streamed), its close, whose ``request_finished`` receivers
+(the database connection given back among them) then run before the body is sent rather
+than after. A streamed response is closed after it is sent, as Django does. An asynchronous
+view still works, called back on the event loop.
 
 Some paths get executors of their own (``PathPool``, ``COUNTERSIGN_PATH_POOLS``): a login
 hashes its password (PBKDF2, a third of a second of CPU that releases the GIL), and on SQLite
@@ -32,6 +37,7 @@ wait behind others there either, and the pools have no effect.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import sys
@@ -43,8 +49,11 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpRequest, HttpResponseBase
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import FileResponse, HttpResponseBase
+from django.urls import set_script_prefix
 
 
 def lower_priority(nice: int) -> None:
@@ -109,6 +118,16 @@ def configured_path_pools() -> list[PathPool]:
     ]
 
 
+class _Made:
+    """A request's response as its thread made it, and whether it was closed (which sends
+    ``request_finished``). Written only on that thread; the event loop reads ``closed`` only
+    to skip a crossing that would find nothing to do, which the thread checks again."""
+
+    def __init__(self) -> None:
+        self.response: HttpResponseBase | None = None
+        self.closed = False
+
+
 class PooledThreadASGIHandler(ASGIHandler):
     """``threads`` executors for every request, but those of ``path_pools`` (by default
     ``COUNTERSIGN_PATH_POOLS``), which borrow from their own pool's."""
@@ -124,9 +143,74 @@ class PooledThreadASGIHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
 
-    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+        """Django's ``ASGIHandler.handle`` with one crossing to the request's thread (see the
+        module's docstring), listening for the client's disconnect meanwhile as Django does.
+        However the request ends (a client gone away included), its response is closed
+        once, on its thread, or ``request_finished`` sent if it never had one."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        made = _Made()
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(self._respond(scope, body_file, send, made)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass  # the client went away
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if not made.closed:
+            # Thread-sensitive, so after whatever the thread is still doing for this request.
+            await sync_to_async(self._close, thread_sensitive=True)(made)
+        body_file.close()
+
+    async def _respond(self, scope: Any, body_file: Any, send: Any, made: _Made) -> None:
         # Thread-sensitive: on the executor this request borrowed (see __call__).
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        response = await sync_to_async(self._response, thread_sensitive=True)(
+            scope, body_file, made
+        )
+        # The client went away while it was sent: ignored, as Django does.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.send_response(response, send)
+        if not made.closed:
+            await sync_to_async(self._close, thread_sensitive=True)(made)
+
+    def _response(self, scope: Any, body_file: Any, made: _Made) -> HttpResponseBase:
+        """On the request's thread: what Django's ``handle`` and ``run_get_response`` do
+        before sending, and the close of a response that is not streamed."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        response = error_response if request is None else self.get_response(request)
+        assert response is not None  # create_request answers an error when it makes no request
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size
+        response._handler_class = self.__class__  # type: ignore[attr-defined]
+        made.response = response
+        if not response.streaming:
+            self._close(made)
+        return response
+
+    def _close(self, made: _Made) -> None:
+        if made.closed:
+            return
+        made.closed = True
+        if made.response is None:
+            signals.request_finished.send(sender=self.__class__)
+        else:
+            made.response.close()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

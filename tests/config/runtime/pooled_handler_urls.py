@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import AsyncIterator
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.urls import path
 
 # Set by a test to let ``held`` answer.
@@ -33,6 +34,15 @@ def held(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"released": released, "name": threading.current_thread().name})
 
 
+async def _parts() -> AsyncIterator[bytes]:
+    yield b"one"
+    yield b"two"
+
+
+def streamed(request: HttpRequest) -> StreamingHttpResponse:
+    return StreamingHttpResponse(_parts())
+
+
 async def which_thread_async(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"thread": threading.get_ident(), "user": request.user.is_anonymous})
 
@@ -43,4 +53,5 @@ urlpatterns = [
     path("held", held),
     path("own-held", held),
     path("async", which_thread_async),
+    path("streamed", streamed),
 ]

@@ -47,13 +47,42 @@ def test_the_handler_builds_its_chain_in_load_middleware_from_init() -> None:
     assert not iscoroutinefunction(pooled._middleware_chain)  # type: ignore[attr-defined]
 
 
-def test_the_handler_asks_get_response_async_for_each_response() -> None:
-    """``get_response_async(request)``, awaited by ``handle`` (``run_get_response``); the
-    override runs the synchronous ``get_response(request)`` on the request's thread."""
-    assert iscoroutinefunction(ASGIHandler.get_response_async)
-    assert _parameters(ASGIHandler.get_response_async) == ["self", "request"]
+# What ``ASGIHandler.handle`` and ``run_get_response`` do, in the order the override does it
+# (with the receivers, the request, the chain and a whole response's close on one thread).
+HANDLE_STEPS = (
+    "body_file = await self.read_body(receive)",
+    "set_script_prefix(get_script_prefix(scope))",
+    "await signals.request_started.asend(sender=self.__class__, scope=scope)",
+    "request, error_response = self.create_request(scope, body_file)",
+    "await self.send_response(response, send)",
+    "asyncio.create_task(self.listen_for_disconnect(receive))",
+    "await signals.request_finished.asend(sender=self.__class__)",
+    "await sync_to_async(response.close)()",
+)
+RUN_GET_RESPONSE_STEPS = (
+    "await self.get_response_async(request)",
+    "response._handler_class = self.__class__",
+    "response.block_size = self.chunk_size",
+)
+
+
+def test_the_handlers_handle_is_the_one_the_override_reproduces() -> None:
+    """``handle`` (undocumented) is replaced whole: it still takes these steps, in this
+    order, and ``run_get_response`` still sets these on a response. A step added or changed
+    by an upgrade must be added to the override."""
+    for function, steps in (
+        (ASGIHandler.handle, HANDLE_STEPS),
+        (ASGIHandler.run_get_response, RUN_GET_RESPONSE_STEPS),
+    ):
+        source = inspect.getsource(function)
+        places = [source.find(step) for step in steps]
+        assert -1 not in places, [s for s, at in zip(steps, places, strict=True) if at < 0]
+        assert places == sorted(places)
+    assert _parameters(ASGIHandler.create_request) == ["self", "scope", "body_file"]
+    assert _parameters(ASGIHandler.read_body) == ["self", "receive"]
+    assert _parameters(ASGIHandler.listen_for_disconnect) == ["self", "receive"]
+    assert _parameters(ASGIHandler.send_response) == ["self", "response", "send"]
     assert _parameters(BaseHandler.get_response) == ["self", "request"]
-    assert _calls(ASGIHandler.run_get_response, "await self.get_response_async(request)")
 
 
 def test_the_handlers_call_is_a_thread_sensitive_context_around_handle() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import SyncToAsync
+from django.core import signals
 
 from config.runtime.pooled_handler import (
     ExecutorPool,
@@ -60,8 +61,8 @@ async def test_a_request_crosses_to_its_thread_once_for_the_whole_middleware_cha
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Django's asynchronous chain crosses to a thread and back for each hook of each of its
-    middleware (about a dozen times a request); the synchronous chain runs whole on the
-    request's thread. Besides it: the request_started receivers and the response's close."""
+    middleware (about a dozen times a request), and once more each for the request_started
+    receivers and the response's close; here all of it runs on the request's thread at once."""
     handler = PooledThreadASGIHandler(threads=1)
     await _threads_of(handler, 1, 0.0)
     crossings = 0
@@ -74,7 +75,95 @@ async def test_a_request_crosses_to_its_thread_once_for_the_whole_middleware_cha
 
     monkeypatch.setattr(SyncToAsync, "__call__", counted)
     await _threads_of(handler, 1, 0.0)
-    assert crossings == 3
+    assert crossings == 1
+    await _call(handler, "/streamed", _receive(asyncio.Event()))
+    assert b"".join(message.get("body", b"") for message in SENT) == b"onetwo"
+    assert crossings == 3  # a streamed response is closed after it is sent
+
+
+@pytest.fixture
+def finishes() -> Iterator[list[tuple[int, int]]]:
+    """Each ``request_finished`` as (the thread it ran on, the ASGI messages sent by then),
+    for the tests that append what they send to ``SENT``."""
+    seen: list[tuple[int, int]] = []
+
+    def finished(**kwargs: Any) -> None:
+        seen.append((threading.get_ident(), len(SENT)))
+
+    signals.request_finished.connect(finished, weak=False)
+    yield seen
+    signals.request_finished.disconnect(finished)
+
+
+SENT: list[dict[str, Any]] = []
+
+
+async def _call(
+    handler: PooledThreadASGIHandler, path: str, receive: Any, timeout: float = PROMPTLY
+) -> None:
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": HOST,
+        "client": ("127.0.0.1", 40000),
+        "server": ("localhost", 80),
+    }
+
+    async def send(message: dict[str, Any]) -> None:
+        SENT.append(message)
+
+    SENT.clear()
+    await asyncio.wait_for(handler(scope, receive, send), timeout)
+
+
+def _receive(gone: asyncio.Event) -> Any:
+    """The request's one body message, then a disconnect once ``gone`` is set."""
+    messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+@pytest.mark.parametrize(
+    ("path", "sent_before"), [("/thread", 0), ("/streamed", 4)], ids=["whole", "streamed"]
+)
+async def test_a_request_is_finished_once_on_its_own_thread(
+    finishes: list[tuple[int, int]], path: str, sent_before: int
+) -> None:
+    """A whole response is closed before its body is sent (the connection given back
+    sooner), a streamed one after all of it (start, two parts, the end) was sent."""
+    handler = PooledThreadASGIHandler(threads=1)
+    await _call(handler, path, _receive(asyncio.Event()))
+    assert SENT[0]["status"] == 200
+    thread = threading.get_ident()
+    assert [(ran_on != thread, sent) for ran_on, sent in finishes] == [(True, sent_before)]
+
+
+async def test_a_client_gone_during_its_view_is_finished_once_after_the_view(
+    release: threading.Event, finishes: list[tuple[int, int]]
+) -> None:
+    handler = PooledThreadASGIHandler(threads=1)
+    gone = asyncio.Event()
+    call = asyncio.ensure_future(_call(handler, "/held", _receive(gone)))
+    await asyncio.sleep(0.1)
+    gone.set()
+    await asyncio.sleep(0.1)
+    assert finishes == []  # the view still holds its thread
+    release.set()
+    await asyncio.wait_for(call, PROMPTLY)
+    assert len(finishes) == 1
+    assert SENT == []  # nobody to answer
 
 
 async def test_an_asynchronous_view_runs_on_the_event_loop_after_the_middleware() -> None:
