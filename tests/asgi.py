@@ -27,6 +27,26 @@ async def finished(communicator: HttpCommunicator, timeout: float) -> dict[str, 
     return dict(response)
 
 
+def http_scope(
+    method: str, path: str, headers: list[tuple[bytes, bytes]], *, query_string: bytes = b""
+) -> dict[str, Any]:
+    """The ASGI scope of one HTTP request over loopback, for an application called by hand."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query_string,
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+
+
 async def asgi_response(
     application: Any,
     method: str,

@@ -34,7 +34,7 @@ from approvals.services import submissions
 from approvals.services.decisions import DEFAULT_DENY_COMMENT, call_decide
 from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT, calls_expire_due
 from approvals.services.rules import budget_save, cap_rule_save
-from tests.asgi import asgi_response, chunked_request
+from tests.asgi import asgi_response, chunked_request, http_scope
 from tests.factories import agent_with_token, ledger_entries_move, token_make, user_make
 
 if TYPE_CHECKING:
@@ -1476,20 +1476,7 @@ async def _drive(
     """POST /calls to the ASGI app with a hand-written ``receive`` that yields the body in
     these ``http.request`` messages (``more_body`` on all but the last), then waits for ever
     (the client stays connected). The response, and how many body messages were read."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "path": CALLS,
-        "raw_path": CALLS.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "scheme": "http",
-        "headers": headers,
-        "server": ("localhost", 80),
-        "client": ("127.0.0.1", 1234),
-    }
+    scope = http_scope("POST", CALLS, headers)
     sent, read = await chunked_request(application, scope, chunks)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

@@ -38,7 +38,7 @@ from approvals.forms import HISTORY_EXPECTED
 from approvals.models import Call
 from approvals.querystring import NEXT_EXPECTED, QUERY_NUL, REQUEST_MALFORMED, bad_parameter
 from config.asgi import application
-from tests.asgi import chunked_request
+from tests.asgi import chunked_request, http_scope
 from tests.factories import agent_with_token, call_make, payment, rule_make, user_make
 
 if TYPE_CHECKING:
@@ -543,19 +543,8 @@ def test_unknown_parameters_are_ignored_everywhere(world: World) -> None:
 async def test_a_query_string_that_is_not_utf8_is_a_400(path: str) -> None:
     """Bytes no test client sends, and uvicorn refuses before the application: another ASGI
     server could pass them on, and then Django answers its own empty ``400``."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"until=\xff\xfe&next=\xc3",
-        "root_path": "",
-        "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 80),
-    }
+    scope = http_scope(
+        "GET", path, [(b"host", b"127.0.0.1")], query_string=b"until=\xff\xfe&next=\xc3"
+    )
     sent, _ = await chunked_request(application, scope, [b""])
     assert sent[0]["status"] == 400

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from approvals.models import AuditEntry, Call, LedgerEntry
 from approvals.services.rules import cap_rule_save
 from config.asgi import application
-from tests.asgi import chunked_request
+from tests.asgi import chunked_request, http_scope
 from tests.scale.servers import agent_create
 
 CALLS = "/api/v1/calls"
@@ -59,20 +59,7 @@ async def _post(
     ]
     if declare_length:
         headers.append((b"content-length", str(len(body)).encode()))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": CALLS,
-        "raw_path": CALLS.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 80),
-    }
+    scope = http_scope("POST", CALLS, headers)
     size = chunk or max(len(body), 1)
     pieces = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
     tracemalloc.start()

@@ -22,7 +22,7 @@ from config.runtime.pooled_handler import (
     PooledThreadASGIHandler,
     configured_path_pools,
 )
-from tests.asgi import PROMPTLY, asgi_response
+from tests.asgi import PROMPTLY, asgi_response, http_scope
 from tests.config.runtime import pooled_handler_urls
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.urls("tests.config.runtime.pooled_handler_urls")]
@@ -101,19 +101,7 @@ SENT: list[dict[str, Any]] = []
 async def _call(
     handler: PooledThreadASGIHandler, path: str, receive: Any, timeout: float = PROMPTLY
 ) -> None:
-    scope = {
-        "type": "http",
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": HOST,
-        "client": ("127.0.0.1", 40000),
-        "server": ("localhost", 80),
-    }
+    scope = http_scope("GET", path, HOST)
 
     async def send(message: dict[str, Any]) -> None:
         SENT.append(message)
