@@ -173,6 +173,7 @@ class PooledThreadASGIHandler(ASGIHandler):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if not made.closed:
+            # A streamed response, once sent, or a request whose client went away.
             # Thread-sensitive, so after whatever the thread is still doing for this request.
             await sync_to_async(self._close, thread_sensitive=True)(made)
         body_file.close()
@@ -185,8 +186,6 @@ class PooledThreadASGIHandler(ASGIHandler):
         # The client went away while it was sent: ignored, as Django does.
         with contextlib.suppress(asyncio.CancelledError):
             await self.send_response(response, send)
-        if not made.closed:
-            await sync_to_async(self._close, thread_sensitive=True)(made)
 
     def _response(self, scope: Any, body_file: Any, made: _Made) -> HttpResponseBase:
         """On the request's thread: what Django's ``handle`` and ``run_get_response`` do
