@@ -108,6 +108,69 @@ def http_receiver(
 
 
 @dataclass
+class RawHttpReceiver:
+    """Answers the n-th request with ``answers[n]``, bytes written as they are (an answer
+    that is not HTTP, or not only HTTP); ``None`` closes the connection unanswered. The
+    connection is closed after an answer in ``closing``. Records each request's head (its
+    lines, lowercased names) and the sender's port."""
+
+    url: str
+    answers: list[bytes | None]
+    closing: set[int] = field(default_factory=set)
+    heads: list[list[str]] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+
+
+@contextmanager
+def raw_http_receiver(
+    answers: list[bytes | None], closing: frozenset[int] = frozenset()
+) -> Iterator[RawHttpReceiver]:
+    """A TCP server on 127.0.0.1 that reads HTTP requests and writes scripted answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    receiver = RawHttpReceiver(
+        f"http://127.0.0.1:{listener.getsockname()[1]}/hook", answers, set(closing)
+    )
+
+    def serve(conn: socket.socket, port: int) -> None:
+        with conn, conn.makefile("rb") as reader:
+            while len(receiver.heads) < len(receiver.answers):
+                lines = []
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    lines.append(line.decode("latin-1").rstrip("\r\n"))
+                if not lines:
+                    return
+                length = next(
+                    int(line.split(":", 1)[1])
+                    for line in lines
+                    if line.lower().startswith("content-length:")
+                )
+                reader.read(length)
+                index = len(receiver.heads)
+                receiver.heads.append(lines)
+                receiver.ports.append(port)
+                answer = receiver.answers[index]
+                if answer is None:
+                    return
+                conn.sendall(answer)
+                if index in receiver.closing:
+                    return
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, address = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn, address[1]), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield receiver
+    finally:
+        listener.close()
+
+
+@dataclass
 class SmtpReceiver:
     host: str
     port: int

@@ -28,10 +28,25 @@ from approvals.senders import SendResult, send
 from approvals.senders import webhook as webhooks
 from approvals.senders.mail import BAD_ADDRESS, NO_APPROVER_ADDRESS, approver_addresses
 from approvals.senders.via_apprise import NOT_APPRISE
-from approvals.senders.webhook import ANSWER_LIMIT, BAD_SECRET, NOT_HTTP, REDIRECT_NOT_FOLLOWED
+from approvals.senders.webhook import (
+    ANSWER_LIMIT,
+    BAD_SECRET,
+    HEAD_LIMIT,
+    HEAD_TOO_LONG,
+    NO_ANSWER,
+    NOT_HTTP,
+    NOT_HTTP_ANSWER,
+    REDIRECT_NOT_FOLLOWED,
+)
 from tests.factories import agent_make, call_make, gate_make, payment, rule_make, user_make
 from tests.live import free_port
-from tests.receivers import Received, http_receiver, self_signed, smtp_receiver
+from tests.receivers import (
+    Received,
+    http_receiver,
+    raw_http_receiver,
+    self_signed,
+    smtp_receiver,
+)
 
 pytestmark = pytest.mark.django_db
 SECRET = "whsec_" + base64.b64encode(b"countersign-test-key-0123456789").decode()
@@ -233,6 +248,73 @@ def test_a_run_keeps_its_connection_unless_an_answer_is_too_long_or_closes_it() 
     ports = [g.client_port for g in got]
     assert len(set(ports[:4])) == 1  # kept alive until the first long answer
     assert len(set(ports[3:])) == 6  # then a connection each
+
+
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+
+
+def test_interim_answers_are_passed_over_and_each_answer_framed_as_it_says() -> None:
+    answers: list[bytes | None] = [
+        b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n" + NO_CONTENT,
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        b"HTTP/1.1 202 Accepted\r\ncontent-length: 2\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\n\r\nthe body ends with the connection",
+        NO_CONTENT,
+    ]
+    notification = notification_of(held_call())
+    with (
+        raw_http_receiver(answers, closing=frozenset({3})) as receiver,
+        webhooks.webhook_sender(webhook(receiver.url)) as post,
+    ):
+        results = [post(notification) for _ in answers]
+    assert [(r.ok, r.status_code) for r in results] == [
+        (True, 204),
+        (True, 200),
+        (True, 202),
+        (True, 200),
+        (True, 204),
+    ]
+    # One connection until the answer that ended with its connection, then another.
+    assert len(set(receiver.ports[:4])) == 1
+    assert receiver.ports[4] != receiver.ports[3]
+    host, port = receiver.url.removeprefix("http://").removesuffix("/hook").split(":")
+    assert receiver.heads[0][0] == "POST /hook HTTP/1.1"
+    assert f"host: {host}:{port}" in receiver.heads[0]
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (None, f"RemoteDisconnected: {NO_ANSWER}"),
+        (b"HTTP/1.1 200 OK\r\n" + b"x-filler: " + b"y" * HEAD_LIMIT, f"BadAnswer: {HEAD_TOO_LONG}"),
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", f"BadAnswer: {NOT_HTTP_ANSWER}"),
+    ],
+    ids=["closed-unanswered", "endless-headers", "not-http"],
+)
+def test_an_answer_that_cannot_be_read_fails_the_attempt_and_the_connection(
+    answer: bytes | None, error: str
+) -> None:
+    notification = notification_of(held_call())
+    with (
+        raw_http_receiver([answer, NO_CONTENT]) as receiver,
+        webhooks.webhook_sender(webhook(receiver.url)) as post,
+    ):
+        failed, next_one = post(notification), post(notification)
+    assert (failed.ok, failed.status_code) == (False, None)
+    assert failed.error.startswith(error)
+    assert next_one == SendResult(ok=True, status_code=204)
+    assert receiver.ports[0] != receiver.ports[1]  # a new connection after the failure
+
+
+def test_more_than_the_answer_ends_the_connection() -> None:
+    notification = notification_of(held_call())
+    with (
+        raw_http_receiver([NO_CONTENT + NO_CONTENT, NO_CONTENT]) as receiver,
+        webhooks.webhook_sender(webhook(receiver.url)) as post,
+    ):
+        results = [post(notification), post(notification)]
+    assert results == [SendResult(ok=True, status_code=204)] * 2
+    assert receiver.ports[0] != receiver.ports[1]
 
 
 def test_send_never_raises() -> None:
