@@ -588,7 +588,11 @@ class Notification(models.Model):
     channel = models.ForeignKey(
         NotificationChannel, on_delete=models.CASCADE, related_name="notifications"
     )
-    call = models.ForeignKey(Call, on_delete=models.PROTECT, related_name="notifications")
+    # Indexed first in ``notification_call_channel``: an index of its own would be one more
+    # written with every message, in the transaction of the change the message reports.
+    call = models.ForeignKey(
+        Call, on_delete=models.PROTECT, related_name="notifications", db_index=False
+    )
     event = models.CharField(max_length=16, choices=NotificationChannel.Event.choices)
     payload = models.TextField(help_text="The JSON body exactly as committed.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -601,8 +605,10 @@ class Notification(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["status", "next_attempt_at"], name="notification_due"),
+            # A call's messages (its deletion's check too), and a claim's order check: the
+            # earlier messages of a channel and call.
             models.Index(
-                fields=["channel", "call", "created_at"], name="notification_channel_call"
+                fields=["call", "channel", "created_at"], name="notification_call_channel"
             ),
         ]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import DeliveryAttempt, Notification
@@ -15,6 +16,7 @@ from approvals.queries.notifications import (
     AttemptEnd,
     notification_attempts_end,
     notifications_add,
+    notifications_claim,
     notifications_run_read,
 )
 from tests.outbox import SECRET, Event, held, holding_agent, webhook_channel
@@ -127,3 +129,33 @@ def test_attempts_are_kept_and_end_their_messages_while_pending() -> None:
     assert attempts[retried.pk].error == "HTTP 503"
     assert attempts[retried.pk].at == now
     assert attempts[retried.pk].duration_ms == 12
+
+
+def test_a_claims_order_check_reads_only_the_calls_messages_of_the_channel() -> None:
+    """The check that an earlier message of the same channel and call is not pending is a
+    search of ``notification_call_channel`` by both, not of every pending message or every
+    message of the channel (a backlog would make each claim read it whole, once a message)."""
+    statements: list[tuple[str, Any]] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith("SELECT"):
+            statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    now = timezone.now()
+    with connection.execute_wrapper(keep), transaction.atomic():
+        notifications_claim(now=now, lease_until=now + timedelta(seconds=30), channels=2, run=4)
+    [(claim, params)] = statements
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("EXPLAIN QUERY PLAN " + claim, params)
+            plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+            assert (
+                "SEARCH e USING INDEX notification_call_channel (call_id=? AND channel_id=?)"
+                in plan
+            )
+        else:
+            cursor.execute("SET LOCAL enable_seqscan = off")  # as on a table of many rows
+            cursor.execute("EXPLAIN " + claim.replace(" FOR UPDATE OF n SKIP LOCKED", ""), params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "Index Scan using notification_call_channel on approvals_notification e" in plan
