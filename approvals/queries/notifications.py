@@ -14,12 +14,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import connection
 
 from approvals.models import DeliveryAttempt, Notification, NotificationChannel
 from approvals.queries import sql
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 PENDING = Notification.Status.PENDING.value
 
@@ -89,12 +92,12 @@ VALUES """,
 _ATTEMPT_ROW = "(%s, %s, %s, %s, %s, %s)"
 
 
-def _at(moment: datetime | None) -> object:
-    return sql.prepared(sql.fields(Notification, "next_attempt_at")[0], moment)
+def _at(moment: datetime | None, on: BaseDatabaseWrapper | None = None) -> object:
+    return sql.prepared(sql.fields(Notification, "next_attempt_at")[0], moment, on=on)
 
 
-def _key(notification_id: uuid.UUID) -> object:
-    return sql.prepared(sql.fields(Notification, "id")[0], notification_id)
+def _key(notification_id: uuid.UUID, on: BaseDatabaseWrapper | None = None) -> object:
+    return sql.prepared(sql.fields(Notification, "id")[0], notification_id, on=on)
 
 
 def _marks(count: int) -> str:
@@ -106,11 +109,12 @@ def notifications_add(
 ) -> None:
     """Write one pending message of ``event`` for each channel, due at once, in the
     caller's transaction."""
-    call = sql.prepared(sql.fields(Notification, "call")[0], call_id)
-    at = _at(now)
+    on = sql.database()
+    call = sql.prepared(sql.fields(Notification, "call")[0], call_id, on=on)
+    at = _at(now, on)
     params: list[object] = []
     for channel_id in channel_ids:
-        params += [_key(uuid.uuid4()), channel_id, call, event, payload, PENDING, at, at]
+        params += [_key(uuid.uuid4(), on), channel_id, call, event, payload, PENDING, at, at]
     sql.execute(_ADD + ", ".join([_ADD_ROW] * len(channel_ids)), params)
 
 
@@ -167,7 +171,8 @@ def notifications_run_read(
     (the others are deferred), the channel its kind, target, secret and name."""
     message_fields = sql.fields(Notification, *_RUN_MESSAGE)
     channel_fields = sql.fields(NotificationChannel, *_RUN_CHANNEL)
-    keys = [_key(notification_id) for notification_id in notification_ids]
+    on = sql.database()
+    keys = [_key(notification_id, on) for notification_id in notification_ids]
     rows = sql.rows(_RUN + _marks(len(keys)), [PENDING, *keys])
     if not rows:
         return None
@@ -213,14 +218,15 @@ def notification_attempts_end(*, ends: Sequence[AttemptEnd]) -> None:
     first). Run it in a write transaction."""
     if not ends:
         return
+    on = sql.database()
     rows: list[object] = []
     changes: list[tuple[Any, ...]] = []
     for end in ends:
-        key = _key(end.notification_id)
-        rows += [key, _at(end.at), end.duration_ms, end.ok, end.status_code, end.error]
-        delivered = _at(end.delivered_at)
+        key = _key(end.notification_id, on)
+        rows += [key, _at(end.at, on), end.duration_ms, end.ok, end.status_code, end.error]
+        delivered = _at(end.delivered_at, on)
         changes.append(
-            (end.status, end.attempts, _at(end.next_attempt_at), delivered, key, PENDING)
+            (end.status, end.attempts, _at(end.next_attempt_at, on), delivered, key, PENDING)
         )
     sql.execute(_ATTEMPTS_ADD + ", ".join([_ATTEMPT_ROW] * len(ends)), rows)
     with connection.cursor() as cursor:

@@ -83,29 +83,48 @@ def columns(of: tuple[AnyField, ...], alias: str = "") -> str:
     return ", ".join(prefix + quoted(field.column) for field in of)
 
 
-# Per connection (one per thread), as the ORM's compiler looks them up for each query.
-_converters: weakref.WeakKeyDictionary[
-    BaseDatabaseWrapper, dict[AnyField, tuple[Any, tuple[Any, ...]]]
-] = weakref.WeakKeyDictionary()
+def database() -> BaseDatabaseWrapper:
+    """This thread's connection itself. ``django.db.connection`` is a proxy that looks the
+    connection up again for every attribute read of it (a context-local lookup each time):
+    the helpers below that prepare or convert many values look it up once."""
+    return connections[DEFAULT_DB_ALIAS]
 
 
-def _converters_of(wrapper: BaseDatabaseWrapper, field: AnyField) -> tuple[Any, tuple[Any, ...]]:
-    known = _converters.setdefault(wrapper, {})
-    if field not in known:
-        # As the ORM reads a column: a foreign key's through the field it refers to (a UUID
-        # key is text on SQLite, and only the UUID field's converter makes it a UUID).
-        column = field.get_col(field.model._meta.db_table)
-        found = wrapper.ops.get_db_converters(column) + column.get_db_converters(wrapper)
-        known[field] = (column, tuple(found))
-    return known[field]
+# A field's column and converters on one connection: the field itself (its id could be
+# another's once it is gone), its column, its converters.
+_Plan = tuple[Any, Any, tuple[Any, ...]]
+# Per connection (one per thread), as the ORM's compiler looks them up for each query; by the
+# field's id: a field's own hash is a Python method, and this runs for every value read.
+_converters: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[int, _Plan]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _converters_of(wrapper: BaseDatabaseWrapper) -> dict[int, _Plan]:
+    known = _converters.get(wrapper)
+    if known is None:
+        known = _converters[wrapper] = {}
+    return known
+
+
+def _column_converters(wrapper: BaseDatabaseWrapper, field: AnyField) -> _Plan:
+    # As the ORM reads a column: a foreign key's through the field it refers to (a UUID
+    # key is text on SQLite, and only the UUID field's converter makes it a UUID).
+    column = field.get_col(field.model._meta.db_table)
+    found = wrapper.ops.get_db_converters(column) + column.get_db_converters(wrapper)
+    return field, column, tuple(found)
 
 
 def converted(row: Sequence[Any], of: Sequence[AnyField]) -> list[Any]:
     """A row's values as the ORM would give them for these fields."""
-    wrapper = connections[DEFAULT_DB_ALIAS]
+    wrapper = database()
+    known = _converters_of(wrapper)
     values = []
     for value, field in zip(row, of, strict=True):
-        column, converters = _converters_of(wrapper, field)
+        plan = known.get(id(field))
+        if plan is None or plan[0] is not field:
+            plan = known[id(field)] = _column_converters(wrapper, field)
+        _, column, converters = plan
         for converter in converters:
             value = converter(value, column, wrapper)
         values.append(value)
@@ -139,9 +158,10 @@ def execute(sql: str, params: Sequence[Any]) -> int:
         return int(cursor.rowcount)
 
 
-def prepared(field: AnyField, value: Any) -> Any:
-    """A value as the ORM would send it to the database for this field."""
-    return field.get_db_prep_save(value, connection)
+def prepared(field: AnyField, value: Any, *, on: BaseDatabaseWrapper | None = None) -> Any:
+    """A value as the ORM would send it to the database for this field; ``on``: this
+    thread's ``database()``, when the caller prepares many values."""
+    return field.get_db_prep_save(value, on or database())
 
 
 def instance(model: type[Model], of: Sequence[AnyField], values: Sequence[Any]) -> Any:
@@ -170,8 +190,9 @@ def insert(new: Sequence[Model]) -> None:
         return
     stored, statement, one_row = _insert_statement(type(new[0]))
     values: list[Any] = []
+    on = database()
     for row in new:
-        values.extend(prepared(field, field.pre_save(row, True)) for field in stored)
+        values.extend(prepared(field, field.pre_save(row, True), on=on) for field in stored)
         row._state.adding = False
         row._state.db = connection.alias
     execute(statement + ", ".join([one_row] * len(new)), values)
@@ -182,10 +203,11 @@ def update(row: Model, *names: str) -> None:
     would store them (``auto_now`` included)."""
     model = type(row)
     changed = fields(model, *names)
-    values = [prepared(field, field.pre_save(row, False)) for field in changed]
+    on = database()
+    values = [prepared(field, field.pre_save(row, False), on=on) for field in changed]
     pk = model._meta.pk
     assert pk is not None
     assignments = ", ".join(f"{quoted(field.column)} = %s" for field in changed)
     # Names from the model's own metadata, values as parameters: nothing here comes in.
     statement = f"UPDATE {table(model)} SET {assignments} WHERE {quoted(pk.column)} = %s"
-    execute(statement, [*values, prepared(pk, row.pk)])
+    execute(statement, [*values, prepared(pk, row.pk, on=on)])

@@ -6,6 +6,7 @@ import importlib
 import pkgutil
 import re
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,29 @@ def test_a_foreign_key_to_a_uuid_is_read_as_a_uuid() -> None:
     call_id = uuid.uuid4()
     stored = sql.prepared(LedgerEntry._meta.get_field("call"), call_id)
     assert sql.converted([stored], [LedgerEntry._meta.get_field("call")]) == [call_id]
+
+
+def test_values_are_prepared_alike_through_the_connection_or_its_proxy() -> None:
+    """``on=sql.database()`` is a shortcut, never another preparation."""
+    moment = datetime(2026, 12, 6, 12, 30, 15, 250, tzinfo=UTC)
+    field = LedgerEntry._meta.get_field("recorded_at")
+    assert sql.prepared(field, moment, on=sql.database()) == field.get_db_prep_save(
+        moment, connection
+    )
+
+
+def test_a_field_is_read_through_its_own_converters_even_where_another_had_its_id() -> None:
+    """Converters are kept by the field's id; a plan kept under that id for another field
+    (one gone, whose id was given again) is not used for it."""
+    call_field = LedgerEntry._meta.get_field("call")
+    rule_field = Ledger._meta.get_field("rule")
+    call_id = uuid.uuid4()
+    stored = sql.prepared(call_field, call_id)
+    assert sql.converted([stored], [call_field]) == [call_id]
+    known = sql._converters_of(sql.database())
+    known[id(rule_field)] = known[id(call_field)]
+    assert sql.converted(["daily"], [rule_field]) == ["daily"]
+    assert sql.converted([stored], [call_field]) == [call_id]
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="reads SQLite's query plan")
