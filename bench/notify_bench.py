@@ -31,13 +31,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -91,30 +91,25 @@ class Arrivals:
                 raise TimeoutError(f"{missing} webhooks did not arrive within {timeout} s")
 
 
-@contextmanager
-def _receiver(arrivals: Arrivals) -> Iterator[str]:
-    """The receiver's process (``_webhook_receiver.py``), its lines fed to ``arrivals``;
-    yields the webhook URL."""
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve().parent / "_webhook_receiver.py")],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    lines = process.stdout
-    port = int(lines.readline())
+def _receiver(arrivals: Arrivals) -> ThreadingHTTPServer:
+    class Receiver(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # connections kept alive, as a real receiver's are
 
-    def read() -> None:
-        for line in lines:
-            moment, webhook_id, call_id = line.split()
-            arrivals.record(webhook_id, call_id, float(moment))
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            moment = time.perf_counter()
+            call_id = json.loads(body)["data"]["call"]["id"]
+            arrivals.record(self.headers["webhook-id"], str(call_id), moment)
+            self.send_response(204)
+            self.end_headers()
 
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{port}/countersign"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    receiver.daemon_threads = True
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    return receiver
 
 
 def _held_id(response: httpx.Response) -> str:
@@ -206,9 +201,10 @@ def main() -> None:
     )
     options = parser.parse_args()
     arrivals = Arrivals()
+    receiver = _receiver(arrivals)
+    hook_url = f"http://127.0.0.1:{receiver.server_address[1]}/countersign"
     none_url = options.database_url and options.database_url.rstrip("/") + "_none"
     with ExitStack() as stack:
-        hook_url = stack.enter_context(_receiver(arrivals))
         hook_db = stack.enter_context(database(options.database_url))
         none_db = stack.enter_context(database(none_url))
         for database_url in (hook_db, none_db):
@@ -221,6 +217,7 @@ def main() -> None:
             none_rounds.append(_phase(bare, None, options.clients, options.submissions))
             hook_rounds.append(_phase(hooked, arrivals, options.clients, options.submissions))
         latency = _hold_to_webhook(hooked, arrivals, options.holds)
+    receiver.shutdown()
     none_median, hook_median = median_round(none_rounds), median_round(hook_rounds)
     result = {
         "benchmark": "notify",
