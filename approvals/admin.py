@@ -22,7 +22,7 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.utils import timezone
 from django.utils.html import format_html
@@ -55,7 +55,7 @@ from approvals.services.agents import (
     agent_tokens_revoke,
 )
 from approvals.services.audit import audit_object_type, audit_record, audit_snapshot
-from approvals.services.ledgers import ledger_entry_void
+from approvals.services.ledgers import VoidRefused, ledger_entry_void
 from approvals.services.logins import login_attempts_unlock
 from approvals.services.notifications import (
     ChannelInvalid,
@@ -635,6 +635,21 @@ class LedgerEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ledger_entry_void(
             entry_id=obj.pk, reason=form.cleaned_data["void_reason"], by_user=_user(request)
         )
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # A void refused (another admin voided it first, or its hour has no total) has
+        # changed nothing: admin's own transaction is rolled back too. Back to the entry.
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except VoidRefused as refused:
+            self.message_user(request, str(refused), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
 
 
 @admin.register(AuditEntry)

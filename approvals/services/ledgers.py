@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from approvals.models import AuditEntry, LedgerEntry
@@ -14,6 +14,10 @@ from approvals.services.audit import audit_record
 
 VOID_NEEDS_REASON = "A voided entry needs a reason."
 ALREADY_VOIDED = "This entry is already void."
+HOUR_HAS_NO_TOTAL = (
+    "This entry's hour has no total that counts it: the ledger's hourly totals are out of "
+    "step with its entries. Nothing was changed; the entry still counts."
+)
 
 
 class VoidRefused(Exception):
@@ -24,7 +28,9 @@ class VoidRefused(Exception):
 def ledger_entry_void(
     *, entry_id: int, reason: str, by_user: User | None, now: datetime | None = None
 ) -> LedgerEntry:
-    """Stop counting an entry in its ledger's totals; the entry itself is kept."""
+    """Stop counting an entry in its ledger's totals; the entry itself is kept. Raises
+    ``VoidRefused`` with nothing changed: no reason, an entry void already, or an hour whose
+    total does not count the entry (the ledger's hours out of step with its entries)."""
     if not reason.strip():
         raise VoidRefused(VOID_NEEDS_REASON)
     entry = LedgerEntry.objects.select_for_update().get(pk=entry_id)
@@ -33,7 +39,11 @@ def ledger_entry_void(
     entry.voided_at = now or timezone.now()
     entry.void_reason = reason.strip()
     entry.save(update_fields=["voided_at", "void_reason"])
-    ledger_hour_take(ledger_id=entry.ledger_id, moment=entry.recorded_at, minor=entry.minor)
+    try:
+        ledger_hour_take(ledger_id=entry.ledger_id, moment=entry.recorded_at, minor=entry.minor)
+    except IntegrityError:
+        # Leaving the block rolls the entry's change back: it still counts, as its hour does.
+        raise VoidRefused(HOUR_HAS_NO_TOTAL) from None
     audit_record(
         action=AuditEntry.Action.LEDGER_ENTRY_VOIDED,
         obj=entry,
