@@ -4,6 +4,7 @@ backoff, order per channel and call, a dead receiver, and two loops at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import signal
@@ -19,6 +20,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.utils import timezone
 
+from approvals import delivery
 from approvals.delivery import (
     LEASE,
     Deliverer,
@@ -268,6 +270,47 @@ def test_a_dead_receiver_delays_no_other_channel(settings: Any) -> None:
     refused = DeliveryAttempt.objects.filter(notification__channel__target__endswith="/refused")
     assert refused.exists()
     assert not refused.filter(ok=True).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_backlog_is_claimed_run_after_run_without_waiting_to_gather(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Commits keep waking the loop while a channel has more due than a run holds: each full
+    run's end starts the next claim at once. Were every claim to wait the gathering time
+    (made a minute here), the third run would not be sent within the receiver's wait."""
+    monkeypatch.setattr(delivery, "RUN", 2)
+    monkeypatch.setattr(delivery, "GATHER_SECONDS", 60.0)
+    stopped = threading.Event()
+    with http_receiver() as receiver:
+        webhook_channel(receiver.url)
+        agent = holding_agent()
+        calls = [held(agent) for _ in range(5)]
+        holder: dict[str, Deliverer] = {}
+
+        def run_loop() -> None:
+            async def main() -> None:
+                deliverer = holder["loop"] = Deliverer(asyncio.get_running_loop())
+                task = asyncio.ensure_future(deliverer.run())
+                while not stopped.is_set():
+                    deliverer.poke()  # as the commits of a steady load would
+                    await asyncio.sleep(0.02)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+            asyncio.run(main())
+
+        thread = threading.Thread(target=run_loop)
+        thread.start()
+        try:
+            got = receiver.wait_for(5)
+        finally:
+            stopped.set()
+            thread.join(30)
+            holder["loop"].pool.shutdown(wait=True)
+            holder["loop"].control.shutdown(wait=True)
+    assert sorted(event_and_call(g)[1] for g in got) == sorted(str(c.pk) for c in calls)
 
 
 @pytest.mark.django_db(transaction=True)
