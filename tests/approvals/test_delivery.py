@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -212,6 +213,38 @@ def test_two_loops_never_send_one_message_twice_at_once() -> None:
     assert not Notification.objects.exclude(status=Notification.Status.DELIVERED).exists()
 
 
+@contextlib.contextmanager
+def loop_running(*, poke_every: float | None = None) -> Iterator[Deliverer]:
+    """A delivery loop on an event loop of its own, in another thread, as a server runs one;
+    with ``poke_every``, poked that often, as the commits of a steady load would. Cancelled
+    on the way out, its threads ended."""
+    holder: dict[str, Deliverer] = {}
+    started, stopped = threading.Event(), threading.Event()
+
+    async def main() -> None:
+        deliverer = holder["loop"] = Deliverer(asyncio.get_running_loop())
+        task = asyncio.ensure_future(deliverer.run())
+        started.set()
+        while not stopped.is_set():
+            if poke_every is not None:
+                deliverer.poke()
+            await asyncio.sleep(poke_every or 0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    thread = threading.Thread(target=lambda: asyncio.run(main()))
+    thread.start()
+    assert started.wait(10), "the delivery loop did not start"
+    try:
+        yield holder["loop"]
+    finally:
+        stopped.set()
+        thread.join(30)
+        holder["loop"].pool.shutdown(wait=True)
+        holder["loop"].control.shutdown(wait=True)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_dead_receiver_delays_no_other_channel(settings: Any) -> None:
     """One channel's receiver never answers, another's port refuses connections: the loop
@@ -219,54 +252,36 @@ def test_a_dead_receiver_delays_no_other_channel(settings: Any) -> None:
     settings.COUNTERSIGN_NOTIFY_THREADS = 2
     settings.COUNTERSIGN_NOTIFY_TIMEOUT = 20
     hang = threading.Event()
-    stopped = threading.Event()
     with http_receiver(hang=hang) as dead, http_receiver() as alive:
         webhook_channel(dead.url + "/never-answers")
         webhook_channel(f"http://127.0.0.1:{free_port()}/refused")
         good = webhook_channel(alive.url)
         agent = holding_agent()
-        holder: dict[str, Deliverer] = {}
-
-        def run_loop() -> None:
-            async def main() -> None:
-                deliverer = holder["loop"] = Deliverer(asyncio.get_running_loop())
-                task = asyncio.ensure_future(deliverer.run())
-                while not stopped.is_set():
-                    await asyncio.sleep(0.05)
-                deliverer.stopping = True
-                deliverer.wake.set()
-                await task
-
-            asyncio.run(main())
-
-        thread = threading.Thread(target=run_loop)
-        thread.start()
-        try:
-            first = held(agent)
-            wait_until(lambda: len(dead.requests) >= 1, 10, "the dead receiver's first request")
-            second, third = held(agent), held(agent)
-            for n, call in enumerate((first, second, third), 1):
-                holder["loop"].poke()
-                got = alive.wait_for(n)
-                assert str(call.pk) in [event_and_call(g)[1] for g in got]
-            assert not hang.is_set()
-            assert len(dead.requests) == 1  # still that one request, unanswered
-            assert not DeliveryAttempt.objects.filter(
-                notification__channel__target__endswith="/never-answers"
-            ).exists()
-            wait_until(
-                lambda: (
-                    DeliveryAttempt.objects.filter(notification__channel=good, ok=True).count() == 3
-                ),
-                10,
-                "the live channel's three attempts kept",
-            )
-            assert not hang.is_set()
-        finally:
-            hang.set()
-            stopped.set()
-            thread.join(30)
-            holder["loop"].pool.shutdown(wait=True)
+        with loop_running() as deliverer:
+            try:
+                first = held(agent)
+                wait_until(lambda: len(dead.requests) >= 1, 10, "the dead receiver's first request")
+                second, third = held(agent), held(agent)
+                for n, call in enumerate((first, second, third), 1):
+                    deliverer.poke()
+                    got = alive.wait_for(n)
+                    assert str(call.pk) in [event_and_call(g)[1] for g in got]
+                assert not hang.is_set()
+                assert len(dead.requests) == 1  # still that one request, unanswered
+                assert not DeliveryAttempt.objects.filter(
+                    notification__channel__target__endswith="/never-answers"
+                ).exists()
+                wait_until(
+                    lambda: (
+                        DeliveryAttempt.objects.filter(notification__channel=good, ok=True).count()
+                        == 3
+                    ),
+                    10,
+                    "the live channel's three attempts kept",
+                )
+                assert not hang.is_set()
+            finally:
+                hang.set()  # before the loop's threads are ended: the dead send returns
     refused = DeliveryAttempt.objects.filter(notification__channel__target__endswith="/refused")
     assert refused.exists()
     assert not refused.filter(ok=True).exists()
@@ -281,35 +296,12 @@ def test_a_backlog_is_claimed_run_after_run_without_waiting_to_gather(
     (made a minute here), the third run would not be sent within the receiver's wait."""
     monkeypatch.setattr(delivery, "RUN", 2)
     monkeypatch.setattr(delivery, "GATHER_SECONDS", 60.0)
-    stopped = threading.Event()
     with http_receiver() as receiver:
         webhook_channel(receiver.url)
         agent = holding_agent()
         calls = [held(agent) for _ in range(5)]
-        holder: dict[str, Deliverer] = {}
-
-        def run_loop() -> None:
-            async def main() -> None:
-                deliverer = holder["loop"] = Deliverer(asyncio.get_running_loop())
-                task = asyncio.ensure_future(deliverer.run())
-                while not stopped.is_set():
-                    deliverer.poke()  # as the commits of a steady load would
-                    await asyncio.sleep(0.02)
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
-            asyncio.run(main())
-
-        thread = threading.Thread(target=run_loop)
-        thread.start()
-        try:
+        with loop_running(poke_every=0.02):
             got = receiver.wait_for(5)
-        finally:
-            stopped.set()
-            thread.join(30)
-            holder["loop"].pool.shutdown(wait=True)
-            holder["loop"].control.shutdown(wait=True)
     assert sorted(event_and_call(g)[1] for g in got) == sorted(str(c.pk) for c in calls)
 
 
