@@ -6,14 +6,17 @@ import importlib
 import pkgutil
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.apps import apps
-from django.core.exceptions import FieldDoesNotExist
-from django.db import connection
+from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.db import connection, models
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import approvals.queries
 from approvals.models import Ledger, LedgerEntry
@@ -125,6 +128,48 @@ def test_values_are_prepared_alike_through_the_connection_or_its_proxy() -> None
     assert sql.prepared(field, moment, on=sql.database()) == field.get_db_prep_save(
         moment, connection
     )
+
+
+class _Shouting(models.CharField):  # type: ignore[type-arg]
+    """A subclass of a field the shortcuts know, preparing otherwise: it is not shortcut."""
+
+    def get_prep_value(self, value: object) -> object:
+        return str(super().get_prep_value(value)).upper()
+
+
+_PREPARED_FIELDS = [
+    models.CharField(max_length=10),
+    models.TextField(),
+    models.DateTimeField(),
+    models.UUIDField(),
+    models.IntegerField(),
+    _Shouting(max_length=10),
+]
+_VALUES = st.one_of(
+    st.none(),
+    st.text(max_size=12),
+    st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-5))])),
+    st.uuids(),
+    st.integers(min_value=-(2**31), max_value=2**31),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(_PREPARED_FIELDS), value=_VALUES)
+def test_every_value_is_prepared_as_its_field_prepares_it(
+    field: models.Field[Any, Any], value: object
+) -> None:
+    """The shortcuts of ``sql.prepared`` give exactly what the field gives, or the field's
+    own error for a value it refuses."""
+    try:
+        expected = field.get_db_prep_save(value, connection)
+    except (TypeError, ValueError, ValidationError) as refused:
+        with pytest.raises(type(refused)):
+            sql.prepared(field, value)
+        return
+    got = sql.prepared(field, value)
+    assert got == expected
+    assert type(got) is type(expected)
 
 
 def test_a_field_is_read_through_its_own_converters_even_where_another_had_its_id() -> None:
