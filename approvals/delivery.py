@@ -87,7 +87,7 @@ def notifications_send(notification_ids: list[uuid.UUID], *, now: datetime | Non
             attempts.append(Attempt(notification=notification, outcome=outcome, at=at, ended=ended))
             if not outcome.ok or time.monotonic() - started > LEASE.total_seconds() / 2:
                 break
-    unattempted = [notification.pk for notification in run[len(attempts) :]]
+    unattempted = [notification.id for notification in run[len(attempts) :]]
     notification_attempts_record(attempts=attempts, unattempted=unattempted)
     return len(attempts)
 

@@ -70,8 +70,8 @@ INSERT INTO {N} ({N.id}, {N.channel}, {N.call}, {N.event}, {N.payload}, {N.statu
 _ADD_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, 0)"
 # A run's messages with their channel: only what sending them and recording their attempts
 # reads (not the call: a webhook sends the payload as committed, and mail reads the call).
-# The fields in the statement's order, which is the models' own: ``Model.from_db`` takes
-# some of a model's fields in that order.
+# The fields in the statement's order: a message's are ``RunMessage``'s, and the channel's
+# the model's own, as ``Model.from_db`` takes some of a model's fields.
 _RUN_MESSAGE = ("id", "call", "event", "payload", "created_at", "attempts")
 _RUN_CHANNEL = ("id", "name", "kind", "target", "secret")
 _RUN = sql.statement(
@@ -163,12 +163,22 @@ def notifications_claim(
     ]
 
 
+class RunMessage(NamedTuple):
+    """A claimed message as its run sends it and keeps its attempt: only what those read."""
+
+    id: uuid.UUID
+    call_id: uuid.UUID
+    event: str
+    payload: str
+    created_at: datetime
+    attempts: int
+
+
 def notifications_run_read(
     *, notification_ids: Sequence[uuid.UUID]
-) -> tuple[NotificationChannel, list[Notification]] | None:
+) -> tuple[NotificationChannel, list[RunMessage]] | None:
     """The claimed messages (of one channel) still pending, in the order given, and their
-    channel; None if none is. Each message has only the fields a send and its record read
-    (the others are deferred), the channel its kind, target, secret and name."""
+    channel; None if none is. The channel has only its kind, target, secret and name."""
     message_fields = sql.fields(Notification, *_RUN_MESSAGE)
     channel_fields = sql.fields(NotificationChannel, *_RUN_CHANNEL)
     on = sql.database()
@@ -182,11 +192,10 @@ def notifications_run_read(
         [field.attname for field in channel_fields],
         sql.converted(rows[0][split:], channel_fields),  # the same on every row
     )
-    names = [field.attname for field in message_fields]
     by_id = {}
     for row in rows:
-        values = sql.converted(row[:split], message_fields)
-        by_id[values[0]] = Notification.from_db(connection.alias, names, values)
+        message = RunMessage(*sql.converted(row[:split], message_fields))
+        by_id[message.id] = message
     return channel, [by_id[key] for key in notification_ids if key in by_id]
 
 

@@ -3,23 +3,38 @@ Apprise message. Called by the delivery loop from a worker thread; never raises.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from approvals.senders.result import SendResult, failure
 
 if TYPE_CHECKING:
-    from approvals.models import Notification, NotificationChannel
+    from approvals.models import NotificationChannel
 
-__all__ = ["SendResult", "channel_sender", "send"]
+__all__ = ["Message", "SendResult", "channel_sender", "send"]
 
 UNKNOWN_KIND = "unknown channel kind"
 
-Sender = Callable[["Notification"], SendResult]
+
+class Message(Protocol):
+    """What a sender reads of a message: a run's ``RunMessage``, or a ``Notification``."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def call_id(self) -> uuid.UUID: ...
+    @property
+    def event(self) -> str: ...
+    @property
+    def payload(self) -> str: ...
 
 
-def send(*, channel: NotificationChannel, notification: Notification) -> SendResult:
+Sender = Callable[[Message], SendResult]
+
+
+def send(*, channel: NotificationChannel, notification: Message) -> SendResult:
     """Send ``notification`` over ``channel`` once (``channel_sender`` for one message)."""
     with channel_sender(channel) as sender:
         return sender(notification)
@@ -50,7 +65,7 @@ def channel_sender(channel: NotificationChannel) -> Iterator[Sender]:
         yield lambda notification: SendResult(ok=False, error=UNKNOWN_KIND)
         return
 
-    def guarded(notification: Notification) -> SendResult:
+    def guarded(notification: Message) -> SendResult:
         try:
             return one(channel=channel, notification=notification)
         except Exception as exc:

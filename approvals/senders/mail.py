@@ -14,13 +14,15 @@ from django.core.validators import validate_email
 from django.db.models import Q
 from django.template.loader import render_to_string
 
+from approvals.models import Call
 from approvals.queries.gates import gates_groups
 from approvals.selectors.deciders import DECIDE_PERMISSION
 from approvals.senders.notice import Notice, notice_read
 from approvals.senders.result import SendResult, scrub
 
 if TYPE_CHECKING:
-    from approvals.models import Call, Notification, NotificationChannel
+    from approvals.models import NotificationChannel
+    from approvals.senders import Message
 
 APPROVERS = "approvers"
 SUBJECT_PREFIX = "[Countersign] "
@@ -69,10 +71,10 @@ def email_message(*, notice: Notice, to: str) -> EmailMultiAlternatives:
     return message
 
 
-def email_send(*, channel: NotificationChannel, notification: Notification) -> SendResult:
+def email_send(*, channel: NotificationChannel, notification: Message) -> SendResult:
     target = channel.target.strip()
     if target == APPROVERS:
-        addresses = approver_addresses(notification.call)
+        addresses = approver_addresses(Call.objects.get(pk=notification.call_id))
         if not addresses:
             return SendResult(ok=True, error=NO_APPROVER_ADDRESS)
     else:

@@ -20,7 +20,7 @@ from approvals.templatetags.clock import time_left
 from approvals.templatetags.money import money
 
 if TYPE_CHECKING:
-    from approvals.models import Notification
+    from approvals.senders import Message
 
 Event = NotificationChannel.Event
 Status = Call.Status
@@ -69,7 +69,7 @@ class Notice:
         return f"{self.headline}: {self.tool}{amounts} for {self.principal}"
 
 
-def _data(notification: Notification) -> dict[str, Any]:
+def _data(notification: Message) -> dict[str, Any]:
     try:
         payload = json.loads(notification.payload)
         data = payload["data"]
@@ -88,7 +88,7 @@ def _reason(reason: dict[str, Any]) -> str:
     return message or rule
 
 
-def notice_read(*, notification: Notification, now: datetime | None = None) -> Notice:
+def notice_read(*, notification: Message, now: datetime | None = None) -> Notice:
     """The notice of ``notification``: the call as its payload has it (the state when the
     event was committed), the amounts and agent's name from the database."""
     call = Call.objects.select_related("agent", "decided_by").get(pk=notification.call_id)

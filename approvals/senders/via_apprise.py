@@ -19,7 +19,7 @@ from approvals.senders.notice import notice_read
 from approvals.senders.result import SendResult, scrub
 
 if TYPE_CHECKING:
-    from approvals.models import Notification
+    from approvals.senders import Message
 
 NOT_APPRISE = "not an Apprise URL this Apprise knows"
 REFUSED = "the {service} service did not take the message"
@@ -58,7 +58,7 @@ def _apprise_log() -> Iterator[_ThisThread]:
         logger.removeHandler(handler)
 
 
-def apprise_send(*, channel: NotificationChannel, notification: Notification) -> SendResult:
+def apprise_send(*, channel: NotificationChannel, notification: Message) -> SendResult:
     # Memory only: nothing of Apprise's (tokens it caches) is written to disk.
     asset = apprise.AppriseAsset(storage_mode="memory")
     with _apprise_log() as log:

@@ -39,7 +39,8 @@ from approvals.senders.result import SendResult, failure
 from config.env import OutboundProxies, Proxy, basic_credentials
 
 if TYPE_CHECKING:
-    from approvals.models import Notification, NotificationChannel
+    from approvals.models import NotificationChannel
+    from approvals.senders import Message
 
 BAD_SECRET = "the webhook secret is not a whsec_ key (base64 after whsec_)"  # noqa: S105 (a message)
 NOT_HTTP = "the webhook target is not an http(s) URL"
@@ -72,7 +73,7 @@ def secret_valid(secret: str) -> bool:
         return False
 
 
-def message_id(notification: Notification) -> str:
+def message_id(notification: Message) -> str:
     """The ``webhook-id``: one per notification, the same on every retry."""
     return f"msg_{notification.id.hex}"
 
@@ -270,15 +271,15 @@ class _Answer:
             self.keep = self.parser.should_keep_alive()
 
 
-def _refused(error: str) -> Callable[[Notification], SendResult]:
-    def send(notification: Notification) -> SendResult:
+def _refused(error: str) -> Callable[[Message], SendResult]:
+    def send(notification: Message) -> SendResult:
         return SendResult(ok=False, error=error)
 
     return send
 
 
 @contextmanager
-def webhook_sender(channel: NotificationChannel) -> Iterator[Callable[[Notification], SendResult]]:
+def webhook_sender(channel: NotificationChannel) -> Iterator[Callable[[Message], SendResult]]:
     """Send one message after another to ``channel``'s URL, over one connection; each send
     never raises."""
     target = webhook_target(channel.target)
@@ -292,7 +293,7 @@ def webhook_sender(channel: NotificationChannel) -> Iterator[Callable[[Notificat
     connection = Connection(target, timeout=float(settings.COUNTERSIGN_NOTIFY_TIMEOUT))
     head = target.request_head()
 
-    def send(notification: Notification) -> SendResult:
+    def send(notification: Message) -> SendResult:
         try:
             body = notification.payload.encode()
             signed = signed_headers(

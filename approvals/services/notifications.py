@@ -41,6 +41,7 @@ from approvals.queries import sql
 from approvals.queries.calls import call_read_locked
 from approvals.queries.notifications import (
     AttemptEnd,
+    RunMessage,
     notification_attempts_end,
     notification_leases_end,
     notifications_add,
@@ -254,7 +255,7 @@ class AttemptOutcome:
 class Attempt:
     """One attempt at one message, begun at ``at`` and over at ``ended``."""
 
-    notification: Notification
+    notification: RunMessage
     outcome: AttemptOutcome
     at: datetime
     ended: datetime
@@ -283,7 +284,7 @@ def notification_attempts_record(
             )
         ends.append(
             AttemptEnd(
-                notification_id=notification.pk,
+                notification_id=notification.id,
                 at=attempt.at,
                 duration_ms=outcome.duration_ms,
                 ok=outcome.ok,

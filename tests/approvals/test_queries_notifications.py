@@ -59,7 +59,7 @@ def test_a_run_is_read_in_its_order_with_its_channel_and_only_while_pending() ->
     read = notifications_run_read(notification_ids=[third.pk, second.pk, first.pk, uuid.uuid4()])
     assert read is not None
     got_channel, run = read
-    assert [message.pk for message in run] == [third.pk, first.pk]
+    assert [message.id for message in run] == [third.pk, first.pk]
     assert (got_channel.pk, got_channel.kind, got_channel.target, got_channel.secret) == (
         channel.pk,
         "webhook",
