@@ -45,10 +45,10 @@ AND NOT EXISTS (
 )
 _NOT_BUSY = sql.statement(" AND n.{N.channel} NOT IN ", N=Notification)
 _ORDER = sql.statement(" ORDER BY n.{N.next_attempt_at} LIMIT %s", N=Notification)
+# Statements on a run's messages name them by id alone: given the status too, SQLite looks
+# them up through the status index, among every pending message (a backlog's thousands).
 _LEASE = sql.statement("UPDATE {N} SET {N.lease_until} = %s WHERE {N.id} IN ", N=Notification)
-_UNLEASE = sql.statement(
-    "UPDATE {N} SET {N.lease_until} = NULL WHERE {N.status} = %s AND {N.id} IN ", N=Notification
-)
+_UNLEASE = sql.statement("UPDATE {N} SET {N.lease_until} = NULL WHERE {N.id} IN ", N=Notification)
 _END = sql.statement(
     """
 UPDATE {N} SET {N.status} = %s, {N.attempts} = %s,
@@ -77,9 +77,9 @@ _RUN_CHANNEL = ("id", "name", "kind", "target", "secret")
 _RUN = sql.statement(
     """
 SELECT n.{N.id}, n.{N.call}, n.{N.event}, n.{N.payload}, n.{N.created_at}, n.{N.attempts},
-       c.{C.id}, c.{C.name}, c.{C.kind}, c.{C.target}, c.{C.secret}
+       c.{C.id}, c.{C.name}, c.{C.kind}, c.{C.target}, c.{C.secret}, n.{N.status}
 FROM {N} n JOIN {C} c ON c.{C.id} = n.{N.channel}
-WHERE n.{N.status} = %s AND n.{N.id} IN """,
+WHERE n.{N.id} IN """,
     N=Notification,
     C=NotificationChannel,
 )
@@ -183,14 +183,14 @@ def notifications_run_read(
     channel_fields = sql.fields(NotificationChannel, *_RUN_CHANNEL)
     on = sql.database()
     keys = [_key(notification_id, on) for notification_id in notification_ids]
-    rows = sql.rows(_RUN + _marks(len(keys)), [PENDING, *keys])
+    rows = [row for row in sql.rows(_RUN + _marks(len(keys)), keys) if row[-1] == PENDING]
     if not rows:
         return None
     split = len(message_fields)
     channel = NotificationChannel.from_db(
         connection.alias,
         [field.attname for field in channel_fields],
-        sql.converted(rows[0][split:], channel_fields),  # the same on every row
+        sql.converted(rows[0][split:-1], channel_fields),  # the same on every row
     )
     by_id = {}
     for row in rows:
@@ -203,7 +203,7 @@ def notification_leases_end(notification_ids: Collection[uuid.UUID]) -> None:
     """Let go of claimed messages without an attempt (the rest of a run that stopped): due
     again at once for any loop."""
     keys = [_key(notification_id) for notification_id in notification_ids]
-    sql.execute(_UNLEASE + _marks(len(keys)), [PENDING, *keys])
+    sql.execute(_UNLEASE + _marks(len(keys)), keys)
 
 
 class AttemptEnd(NamedTuple):
