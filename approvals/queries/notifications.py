@@ -238,5 +238,4 @@ def notification_attempts_end(*, ends: Sequence[AttemptEnd]) -> None:
             (end.status, end.attempts, _at(end.next_attempt_at, on), delivered, key, PENDING)
         )
     sql.execute(_ATTEMPTS_ADD + ", ".join([_ATTEMPT_ROW] * len(ends)), rows)
-    with connection.cursor() as cursor:
-        cursor.executemany(_END, changes)
+    sql.execute_many(_END, changes)

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist, ValidationError
-from django.db import connection, models
+from django.db import IntegrityError, connection, models, transaction
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -202,3 +203,63 @@ def test_a_ledger_windows_total_is_read_from_the_index_alone(db: None) -> None:
         cursor.execute("EXPLAIN QUERY PLAN " + total)
         plan = " ".join(str(row[-1]) for row in cursor.fetchall())
     assert "USING COVERING INDEX ledger_entry_window_sum" in plan
+
+
+# --- Running statements -----------------------------------------------------------------------
+
+
+def _through_django(text: str, params: list[object]) -> list[tuple[object, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(text, params)
+        return list(cursor.fetchall())
+
+
+def test_a_statement_runs_as_through_djangos_cursor(db: None) -> None:
+    """Placeholders, a literal ``%`` written ``%%``, and no parameters, alike; twice, as the
+    turned text is kept."""
+    for text, params in [
+        ("SELECT %s || '%%', %s", ["a", 2]),
+        ("SELECT 'x' WHERE 1 = %s", [2]),
+        ("SELECT '100%%'", []),
+    ]:
+        assert sql.rows(text, params) == _through_django(text, params)
+        assert sql.rows(text, params) == _through_django(text, params)
+
+
+def test_a_statement_that_fails_raises_djangos_error(db: None) -> None:
+    cap_rule_save(line="daily: pay arg=amount max USD 1000.00 -> gate")
+    (rule_id,) = sql.rows('SELECT "id" FROM "approvals_caprule"', [])[0]
+    duplicate = 'INSERT INTO "approvals_caprule" SELECT * FROM "approvals_caprule" WHERE "id" = %s'
+    with pytest.raises(IntegrityError), transaction.atomic():
+        sql.execute(duplicate, [rule_id])
+    assert sql.rows('SELECT count(*) FROM "approvals_caprule"', []) == [(1,)]
+
+
+def test_no_statement_runs_in_a_block_marked_for_rollback(db: None) -> None:
+    """As through Django's cursor: what the block did is to be undone, so nothing more."""
+    with transaction.atomic():
+        transaction.set_rollback(True)
+        with pytest.raises(TransactionManagementError):
+            sql.rows("SELECT 1", [])
+
+
+def test_statements_are_logged_where_django_logs_them_and_wrappers_run(db: None) -> None:
+    seen: list[str] = []
+
+    def wrapper(execute: Any, text: str, *args: Any) -> Any:
+        seen.append(text)
+        return execute(text, *args)
+
+    with CaptureQueriesContext(connection) as captured:
+        assert sql.rows("SELECT %s", [7]) == [(7,)]
+    assert [query["sql"] for query in captured] == ["SELECT 7"]
+    with connection.execute_wrapper(wrapper):
+        assert sql.execute("UPDATE approvals_caprule SET line = line WHERE 1 = %s", [0]) == 0
+    assert seen == ["UPDATE approvals_caprule SET line = line WHERE 1 = %s"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_closed_connection_is_opened_again() -> None:
+    connection.close()
+    assert connection.connection is None
+    assert sql.rows("SELECT %s", [1]) == [(1,)]
