@@ -208,7 +208,7 @@ def test_a_ledger_windows_total_is_read_from_the_index_alone(db: None) -> None:
 # --- Running statements -----------------------------------------------------------------------
 
 
-def _through_django(text: str, params: list[object]) -> list[tuple[object, ...]]:
+def _through_django(text: str, params: list[Any]) -> list[tuple[object, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(text, params)
         return list(cursor.fetchall())
@@ -217,11 +217,12 @@ def _through_django(text: str, params: list[object]) -> list[tuple[object, ...]]
 def test_a_statement_runs_as_through_djangos_cursor(db: None) -> None:
     """Placeholders, a literal ``%`` written ``%%``, and no parameters, alike; twice, as the
     turned text is kept."""
-    for text, params in [
+    cases: list[tuple[str, list[Any]]] = [
         ("SELECT %s || '%%', %s", ["a", 2]),
         ("SELECT 'x' WHERE 1 = %s", [2]),
         ("SELECT '100%%'", []),
-    ]:
+    ]
+    for text, params in cases:
         assert sql.rows(text, params) == _through_django(text, params)
         assert sql.rows(text, params) == _through_django(text, params)
 
