@@ -81,11 +81,12 @@ def notifications_send(notification_ids: list[uuid.UUID], *, now: datetime | Non
             at = now or timezone.now()
             begun = time.monotonic()
             result = send(notification)
-            duration_ms = round((time.monotonic() - begun) * 1000)
-            ended = at + timedelta(milliseconds=duration_ms) if now else timezone.now()
+            over = time.monotonic()
+            duration_ms = round((over - begun) * 1000)
+            ended = at + timedelta(milliseconds=duration_ms)
             outcome = attempt_outcome(result, duration_ms=duration_ms)
-            attempts.append(Attempt(notification=notification, outcome=outcome, at=at, ended=ended))
-            if not outcome.ok or time.monotonic() - started > LEASE.total_seconds() / 2:
+            attempts.append(Attempt(notification, outcome, at, ended))
+            if not outcome.ok or over - started > LEASE.total_seconds() / 2:
                 break
     unattempted = [notification.id for notification in run[len(attempts) :]]
     notification_attempts_record(attempts=attempts, unattempted=unattempted)

@@ -8,7 +8,7 @@ shows the same figure, and so does ``countersign_notifications_pending``.
 Counts change after the transaction that makes the change commits, and the callers add one
 line each: ``call_submitted``, ``call_decided``, ``decision_pushed``, ``counted_sockets``
 around a WebSocket route, ``LONG_POLLS``, ``RATE_LIMIT_REFUSALS``, ``login_locked_out``,
-``notification_attempted`` (each delivery attempt, once it is kept).
+``notifications_attempted`` (a run's delivery attempts, once they are kept).
 """
 
 from __future__ import annotations
@@ -216,8 +216,11 @@ def counted_sockets(kind: str, app: ASGIApp) -> ASGIApp:
     return counted
 
 
-def notification_attempted(*, ok: bool, failed_for_good: bool) -> None:
-    """Count a delivery attempt just kept (its transaction has committed)."""
-    NOTIFICATION_ATTEMPTS.labels("delivered" if ok else "failed").inc()
+def notifications_attempted(*, delivered: int, failed: int, failed_for_good: int) -> None:
+    """Count the delivery attempts of a run just kept (their transaction has committed)."""
+    if delivered:
+        NOTIFICATION_ATTEMPTS.labels("delivered").inc(delivered)
+    if failed:
+        NOTIFICATION_ATTEMPTS.labels("failed").inc(failed)
     if failed_for_good:
-        NOTIFICATIONS_FAILED.inc()
+        NOTIFICATIONS_FAILED.inc(failed_for_good)

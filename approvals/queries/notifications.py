@@ -156,11 +156,8 @@ def notifications_claim(
     leased = [stored_id for ids in taken.values() for stored_id in ids]
     if leased:
         sql.execute(_LEASE + _marks(len(leased)), [_at(lease_until), *leased])
-    of = sql.fields(Notification, "id")
-    return [
-        (channel_id, [sql.converted([stored_id], of)[0] for stored_id in ids])
-        for channel_id, ids in taken.items()
-    ]
+    (of,) = sql.fields(Notification, "id")
+    return [(channel_id, sql.converted_column(ids, of)) for channel_id, ids in taken.items()]
 
 
 class RunMessage(NamedTuple):

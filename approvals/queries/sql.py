@@ -119,20 +119,38 @@ def _column_converters(wrapper: BaseDatabaseWrapper, field: AnyField) -> _Plan:
     return field, column, tuple(found)
 
 
+def _plan(known: dict[int, _Plan], wrapper: BaseDatabaseWrapper, field: AnyField) -> _Plan:
+    plan = known.get(id(field))
+    if plan is None or plan[0] is not field:
+        plan = known[id(field)] = _column_converters(wrapper, field)
+    return plan
+
+
 def converted(row: Sequence[Any], of: Sequence[AnyField]) -> list[Any]:
     """A row's values as the ORM would give them for these fields."""
     wrapper = database()
     known = _converters_of(wrapper)
     values = []
     for value, field in zip(row, of, strict=True):
-        plan = known.get(id(field))
-        if plan is None or plan[0] is not field:
-            plan = known[id(field)] = _column_converters(wrapper, field)
-        _, column, converters = plan
+        _, column, converters = _plan(known, wrapper, field)
         for converter in converters:
             value = converter(value, column, wrapper)
         values.append(value)
     return values
+
+
+def converted_column(values: Sequence[Any], field: AnyField) -> list[Any]:
+    """Values of one column as the ORM would give them for ``field``."""
+    wrapper = database()
+    _, column, converters = _plan(_converters_of(wrapper), wrapper, field)
+    if not converters:
+        return list(values)
+    result = []
+    for value in values:
+        for converter in converters:
+            value = converter(value, column, wrapper)
+        result.append(value)
+    return result
 
 
 def _run(text: str, params: Any, *, many: bool = False, read: bool = False) -> Any:

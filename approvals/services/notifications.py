@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -243,17 +243,16 @@ def retry_delay(attempts: int, *, rng: random.Random | None = None) -> timedelta
     return timedelta(seconds=min(LONGEST_RETRY_SECONDS, base * jitter))
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptOutcome:
+class AttemptOutcome(NamedTuple):
     ok: bool
     status_code: int | None
     error: str
     duration_ms: int
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """One attempt at one message, begun at ``at`` and over at ``ended``."""
+class Attempt(NamedTuple):
+    """One attempt at one message, begun at ``at`` and over at ``ended`` (its duration
+    after ``at``)."""
 
     notification: RunMessage
     outcome: AttemptOutcome
@@ -300,10 +299,12 @@ def notification_attempts_record(
         notification_attempts_end(ends=ends)
         if unattempted:
             notification_leases_end(unattempted)
-    for end in ends:
-        metrics.notification_attempted(
-            ok=end.ok, failed_for_good=end.status == Notification.Status.FAILED
-        )
+    delivered = sum(end.ok for end in ends)
+    metrics.notifications_attempted(
+        delivered=delivered,
+        failed=len(ends) - delivered,
+        failed_for_good=sum(end.status == Notification.Status.FAILED for end in ends),
+    )
     return [end.status for end in ends]
 
 

@@ -173,6 +173,17 @@ def test_every_value_is_prepared_as_its_field_prepares_it(
     assert type(got) is type(expected)
 
 
+def test_a_column_is_read_as_each_of_its_values_alone() -> None:
+    call_field = LedgerEntry._meta.get_field("call")
+    rule_field = Ledger._meta.get_field("rule")
+    stored = [sql.prepared(call_field, uuid.uuid4()) for _ in range(3)]
+    assert sql.converted_column(stored, call_field) == [
+        sql.converted([value], [call_field])[0] for value in stored
+    ]
+    assert sql.converted_column(["daily", "weekly"], rule_field) == ["daily", "weekly"]
+    assert sql.converted_column([], call_field) == []
+
+
 def test_a_field_is_read_through_its_own_converters_even_where_another_had_its_id() -> None:
     """Converters are kept by the field's id; a plan kept under that id for another field
     (one gone, whose id was given again) is not used for it."""
