@@ -56,12 +56,14 @@ class HttpReceiver:
 
 @contextmanager
 def http_receiver(
-    *, hang: threading.Event | None = None, tls: ssl.SSLContext | None = None
+    *, hang: threading.Event | None = None, tls: ssl.SSLContext | None = None, ipv6: bool = False
 ) -> Iterator[HttpReceiver]:
-    """An HTTP server on 127.0.0.1; with ``hang``, each request is held until it is set;
-    with ``tls``, HTTPS with that server context."""
-    port = free_port()
-    receiver = HttpReceiver(url=f"{'https' if tls else 'http'}://127.0.0.1:{port}")
+    """An HTTP server on 127.0.0.1 (``ipv6``: on ::1); with ``hang``, each request is held
+    until it is set; with ``tls``, HTTPS with that server context."""
+    host = "::1" if ipv6 else "127.0.0.1"
+    port = free_port(host)
+    authority = f"[{host}]:{port}" if ipv6 else f"{host}:{port}"
+    receiver = HttpReceiver(url=f"{'https' if tls else 'http'}://{authority}")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # connections kept alive, as a real receiver's are
@@ -92,7 +94,10 @@ def http_receiver(
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
+
+    server = Server((host, port), Handler)
     server.daemon_threads = True
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
@@ -140,9 +145,12 @@ def raw_http_receiver(
                 if not lines:
                     return
                 length = next(
-                    int(line.split(":", 1)[1])
-                    for line in lines
-                    if line.lower().startswith("content-length:")
+                    (
+                        int(line.split(":", 1)[1])
+                        for line in lines
+                        if line.lower().startswith("content-length:")
+                    ),
+                    0,  # a request without a body (a proxy's CONNECT)
                 )
                 reader.read(length)
                 index = len(receiver.heads)

@@ -2,18 +2,18 @@
 the payload as committed, POSTed as JSON, with ``webhook-id``, ``webhook-timestamp`` and
 ``webhook-signature`` headers.
 
-A run of messages goes over one kept-alive connection (``webhook_sender``), opened by the
-standard library's ``http.client`` (the connection, an ``https`` target's TLS with its
-certificate and host name verified, a proxy's ``CONNECT`` tunnel); each message on it is one
-request written at once and its answer read by ``httptools``, the C parser uvicorn serves
-with. Through httpx a message cost 0.87 ms of CPU, through ``http.client``'s own exchange
-0.18–0.24 ms, this way 0.06–0.09 ms (docs/performance.md, "Notifications"); a webhook needs
-none of what they add. What it must do is kept here: every connect, write and read times out
-after ``COUNTERSIGN_NOTIFY_TIMEOUT`` seconds, redirects are not followed, an answer's head is
-read up to ``HEAD_LIMIT`` bytes and its body up to ``ANSWER_LIMIT``, a user and password in
-the target are sent as Basic authentication, and a target goes through the proxy of
-``HTTPS_PROXY`` or ``HTTP_PROXY`` unless ``NO_PROXY`` names it (an ``https`` one tunnelled
-with ``CONNECT``)."""
+A run of messages goes over one kept-alive connection (``webhook_sender``), opened here: a
+socket to the target or its proxy, a proxy's ``CONNECT`` tunnel (an IPv6 address in brackets,
+which Python 3.11's ``http.client`` did not write), an ``https`` target's TLS with its
+certificate and host name verified; each message on it is one request written at once and its
+answer read by ``httptools``, the C parser uvicorn serves with. Through httpx a message cost
+0.87 ms of CPU, through ``http.client``'s own exchange 0.18–0.24 ms, this way 0.06–0.09 ms
+(docs/performance.md, "Notifications"); a webhook needs none of what they add. What it must do
+is kept here: every connect, write and read times out after ``COUNTERSIGN_NOTIFY_TIMEOUT``
+seconds, redirects are not followed, an answer's head is read up to ``HEAD_LIMIT`` bytes and its
+body up to ``ANSWER_LIMIT``, a user and password in the target are sent as Basic authentication,
+and a target goes through the proxy of ``HTTPS_PROXY`` or ``HTTP_PROXY`` unless ``NO_PROXY``
+names it (an ``https`` one tunnelled with ``CONNECT``)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ ANSWER_LIMIT = 64 * 1024
 # Most of an answer that is read before its headers end (``http.client`` allowed 100 lines).
 HEAD_LIMIT = 64 * 1024
 HEAD_TOO_LONG = "the answer's headers are longer than 64 KiB"
+TUNNEL_REFUSED = "Tunnel connection failed: {status} {reason}"
 NO_ANSWER = "the receiver closed the connection without an answer"
 NOT_HTTP_ANSWER = "the answer is not HTTP/1.x"
 RECEIVE_SIZE = 64 * 1024
@@ -166,33 +167,33 @@ class Connection:
     def __init__(self, target: Target, *, timeout: float) -> None:
         self.target = target
         self.timeout = timeout
-        self.http: http.client.HTTPConnection | None = None
+        self.sock: socket.socket | None = None
 
-    def _open(self) -> http.client.HTTPConnection:
+    def _open(self) -> socket.socket:
+        """A connection to the target, or to its proxy; an ``https`` target's TLS (through
+        the proxy's tunnel, if any), its certificate checked against the target."""
         target, proxy = self.target, self.target.proxy
-        host, port = (target.host, target.port) if proxy is None else (proxy.host, proxy.port)
-        if not target.https:
-            return http.client.HTTPConnection(host, port, timeout=self.timeout)
-        connection = http.client.HTTPSConnection(
-            host, port, timeout=self.timeout, context=tls_context()
-        )
-        if proxy is not None:
-            # CONNECT through the proxy; TLS, and the certificate's check, with the target.
-            tunnel = {"proxy-authorization": proxy.authorization} if proxy.authorization else {}
-            connection.set_tunnel(target.host, target.port, headers=tunnel)
-        return connection
+        port = target.port or (443 if target.https else 80)
+        where = (target.host, port) if proxy is None else (proxy.host, proxy.port)
+        sock = socket.create_connection(where, timeout=self.timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if target.https:
+                if proxy is not None:
+                    _tunnel(sock, _authority(target.host, port), proxy)
+                sock = tls_context().wrap_socket(sock, server_hostname=target.host)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def _socket(self) -> socket.socket:
         """The connection's socket, connected (again if the receiver closed it)."""
-        connection = self.http
-        if connection is None:
-            connection = self.http = self._open()
-        elif connection.sock is not None and _closed_by_peer(connection.sock):
-            connection.close()
-        if connection.sock is None:
-            connection.connect()
-        assert connection.sock is not None
-        return connection.sock
+        if self.sock is not None and _closed_by_peer(self.sock):
+            self.close()
+        if self.sock is None:
+            self.sock = self._open()
+        return self.sock
 
     def post(self, request: bytes) -> int:
         """Send ``request`` (a whole POST, head and body); the answer's status. Raises
@@ -210,8 +211,33 @@ class Connection:
         return answer.status
 
     def close(self) -> None:
-        if self.http is not None:
-            self.http.close()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def _authority(host: str, port: int) -> str:
+    """``host:port`` as a request names it: an IPv6 address in brackets, a name in ASCII."""
+    if ":" in host:
+        return f"[{host}]:{port}"
+    return f"{host if host.isascii() else host.encode('idna').decode()}:{port}"
+
+
+def _tunnel(sock: socket.socket, authority: str, proxy: Proxy) -> None:
+    """Ask the proxy for a tunnel to ``authority`` (``CONNECT``); ``OSError`` unless it
+    answers 2xx. Its answer's head is read by ``http.client`` (a tunnel's answer has no body,
+    which a parser of answers to other requests would wait for)."""
+    lines = [f"CONNECT {authority} HTTP/1.1", f"host: {authority}"]
+    if proxy.authorization:
+        lines.append(f"proxy-authorization: {proxy.authorization}")
+    sock.sendall("".join(line + "\r\n" for line in lines).encode() + b"\r\n")
+    answer = http.client.HTTPResponse(sock, method="CONNECT")
+    try:
+        answer.begin()
+    finally:
+        answer.close()  # its reader only: the socket stays open
+    if not 200 <= answer.status < 300:
+        raise OSError(TUNNEL_REFUSED.format(status=answer.status, reason=answer.reason.strip()))
 
 
 class BadAnswer(http.client.HTTPException):

@@ -216,6 +216,30 @@ def test_an_https_receiver_gets_messages_only_with_a_certificate_trusted_for_its
     assert_refused_for_another_name(notification, monkeypatch)
 
 
+def test_an_https_receiver_at_an_ipv6_address_gets_messages_for_its_certificate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The certificate is checked against the address itself; the ``Host`` header names it
+    in brackets, as the target's URL does."""
+    notification = notification_of(held_call())
+    ours = self_signed(ip="::1")
+    with http_receiver(tls=ours.server, ipv6=True) as receiver:
+        trusting = ssl.create_default_context(cadata=ours.pem)
+        monkeypatch.setattr(webhooks, "tls_context", lambda: trusting)
+        sent = send(channel=webhook(f"{receiver.url}/in"), notification=notification)
+        assert sent == SendResult(ok=True, status_code=204)
+        [got] = receiver.wait_for(1)
+    assert got.headers["host"] == receiver.url.removeprefix("https://")
+    assert verified(got)["data"]["call"]["id"] == str(notification.call_id)
+    other = self_signed(ip="::2")
+    with http_receiver(tls=other.server, ipv6=True) as receiver:
+        trusting = ssl.create_default_context(cadata=other.pem)
+        monkeypatch.setattr(webhooks, "tls_context", lambda: trusting)
+        refused = send(channel=webhook(receiver.url), notification=notification)
+        assert receiver.requests == []
+    assert refused.error.startswith("SSLCertVerificationError")
+
+
 def assert_refused_for_another_name(
     notification: Notification, monkeypatch: pytest.MonkeyPatch
 ) -> None:
