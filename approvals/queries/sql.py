@@ -162,23 +162,18 @@ def _run(text: str, params: Any, *, many: bool = False, read: bool = False) -> A
     errors raised as Django's. Where statements are logged (``DEBUG``, or a test capturing
     them) or an execute wrapper is installed, Django's cursor runs it, so they see it."""
     on = database()
-    if on.queries_logged or on.execute_wrappers:
-        with on.cursor() as logged:
-            if many:
-                logged.executemany(text, params)
-            else:
-                logged.execute(text, params)
-            return list(logged.fetchall()) if read else int(logged.rowcount)
-    if on.connection is None:
-        on.ensure_connection()
-    on.validate_thread_sharing()
-    on.validate_no_broken_transaction()
+    native = not (on.queries_logged or on.execute_wrappers)
+    if native:
+        if on.connection is None:
+            on.ensure_connection()
+        on.validate_thread_sharing()
+        on.validate_no_broken_transaction()
     with on.wrap_database_errors:
-        cursor = on.create_cursor()
+        cursor = on.create_cursor() if native else on.cursor()
         try:
             if params is None:
                 cursor.execute(text)
-            elif isinstance(cursor, SQLiteCursorWrapper):
+            elif native and isinstance(cursor, SQLiteCursorWrapper):
                 # SQLite's cursor turns ``%s`` into ``?`` by a regular expression at every
                 # statement (2 µs); these statements are few, and each is turned once.
                 run = sqlite3.Cursor.executemany if many else sqlite3.Cursor.execute
