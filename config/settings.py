@@ -69,9 +69,11 @@ MIDDLEWARE = [
 ]
 
 # First the login throttle, which refuses a locked-out username and address before any
-# password is checked; then ModelBackend, with a person and their permissions read in plain
-# SQL (approvals/auth.py).
-AUTHENTICATION_BACKENDS = ["approvals.auth.LoginThrottle", "approvals.auth.PermissionBackend"]
+# password is checked (approvals/auth.py); then Django's own.
+AUTHENTICATION_BACKENDS = [
+    "approvals.auth.LoginThrottle",
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 # Messages stay on the server: admin shows a new API token once through one.
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
@@ -156,8 +158,9 @@ else:
 # --- Security -------------------------------------------------------------------------------
 COUNTERSIGN_HTTPS = env_bool("COUNTERSIGN_HTTPS", False)
 SECURE_SSL_REDIRECT = COUNTERSIGN_HTTPS
-# Django's database sessions, read in one written-out statement (approvals/sessions.py).
-SESSION_ENGINE = "approvals.sessions"
+# Database sessions, not cached_db: a per-process cache would keep a signed-out session alive
+# on the other workers.
+SESSION_ENGINE = "django.contrib.sessions.backends.db"
 SESSION_COOKIE_SECURE = COUNTERSIGN_HTTPS
 CSRF_COOKIE_SECURE = COUNTERSIGN_HTTPS
 SECURE_HSTS_SECONDS = 31_536_000 if COUNTERSIGN_HTTPS else 0
@@ -217,12 +220,13 @@ COUNTERSIGN_BODY_TIMEOUT = env_int("COUNTERSIGN_BODY_TIMEOUT", 30, minimum=1, ma
 COUNTERSIGN_FORWARDED_ALLOW_IPS = env_list("COUNTERSIGN_FORWARDED_ALLOW_IPS", "")
 # Threads of a server process that run requests' synchronous code (views, the ORM), one
 # request at a time each (config/runtime/pooled_handler.py; unused with Django's own handler);
-# waiting agents hold none. SQLite has one writer at a time, and one thread spares the GIL
-# contention of several; PostgreSQL's round trips leave the GIL free for others. At most 16,
-# to leave room in PostgreSQL's pool of 20 for the sockets, long-polls and the sweep.
+# waiting agents hold none. Two at least, so that one slow request (a page, an export) does
+# not hold up every other; SQLite's writers take turns anyway (config/runtime/sqlite_writers.py),
+# while PostgreSQL's round trips leave the GIL free for more. At most 16, to leave room in
+# PostgreSQL's pool of 20 for the sockets, long-polls and the sweep.
 COUNTERSIGN_REQUEST_THREADS = env_int(
     "COUNTERSIGN_REQUEST_THREADS",
-    1 if on_sqlite else 4,
+    2 if on_sqlite else 4,
     minimum=1,
     maximum=16,
 )

@@ -18,12 +18,12 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.db import transaction
+from django.db.models import Q
 
 from approvals.models import AuditEntry
 from approvals.notify import person_sockets_close
-from approvals.queries.users import user_permissions
 from approvals.selectors.deciders import VIEW_PERMISSIONS
 from approvals.services.audit import audit_object_type, audit_record, audit_snapshot
 
@@ -40,7 +40,15 @@ class Access:
 
 
 def _person_keeps(user: User) -> frozenset[str]:
-    held = user_permissions(user_id=user.pk, superuser=user.is_superuser)
+    # Read whether or not the person is active (ModelBackend's own reads none for an inactive
+    # one), so that deactivating someone shows as losing what they held.
+    permissions = Permission.objects.all()
+    if not user.is_superuser:
+        permissions = permissions.filter(Q(user=user) | Q(group__user=user))
+    held = {
+        f"{app}.{code}"
+        for app, code in permissions.values_list("content_type__app_label", "codename")
+    }
     groups = user.groups.values_list("name", flat=True)
     return frozenset(held & set(VIEW_PERMISSIONS)) | {f"group {name}" for name in groups}
 
