@@ -39,7 +39,6 @@ from mcp.shared.exceptions import MCPError
 
 from countersign import errors, protocol
 from countersign.client import AsyncClient
-from countersign.integrations.mcp_stdio import stdio_wire
 
 EXIT_FAILED = 2
 
@@ -402,10 +401,7 @@ async def serve(
     the client goes away (stdio) or the process is stopped (HTTP)."""
     async with gateway(upstream, name=name, progress_every=progress_every) as (_, server):
         if listen is None:
-            async with (
-                stdio_wire() as (stdin, stdout),
-                stdio_server(stdin, stdout) as (read, write),
-            ):
+            async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
             return
         host, port = listen
