@@ -245,9 +245,8 @@ async def _decide_over_long_poll(url: str, approver: _Person, call_id: str) -> f
 async def _parked(http: httpx.AsyncClient) -> None:
     """Until the server counts the long-poll as waiting (its /metrics gauge), at most
     POLL_PARK seconds. Approving as soon as it parks, as the socket's approval follows its
-    first state: after a fixed 0.2 s park the approval request took 7-10 ms to reach its view
-    on an idle server, at 0 queue sockets as at 300 (a server traced at each step, busy 7 %
-    of the time: the sleeping threads' wake-ups, not its work)."""
+    first state: after a fixed park the approval request was slowed by the sleeping threads'
+    wake-ups, not by the server's work."""
     give_up = time.perf_counter() + POLL_PARK
     headers = {"Authorization": f"Bearer {METRICS_TOKEN}"}
     while time.perf_counter() < give_up:

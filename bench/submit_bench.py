@@ -7,8 +7,7 @@ principal per day), an agent whose mode lets caps decide. The held path: the sam
 the `max` cap, so the server writes a pending call, its findings and audit, and pushes it to
 the queue. Each side sends ``--requests`` after ``--warmup`` untimed ones from ``--clients``
 at once; besides throughput and latency it reports the server process's CPU time per
-request. The targets are issue 18's: allow ≥ 0.8 and held ≥ 0.6 of the bare endpoint's
-throughput, held p99 ≤ 100 ms.
+request. Compare held throughput with the tree before a change (docs/performance.md).
 
 Usage: python bench/submit_bench.py [--clients 20] [--requests 500] [--warmup 20]
                                     [--rounds 3] [--database-url URL]

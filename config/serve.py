@@ -21,10 +21,9 @@ import uvicorn
 LISTEN_BACKLOG = 4096
 # Agents and pages send nothing on their sockets: a frame larger than this is an attack.
 WEBSOCKET_MAX_FRAME = 64 * 1024
-# Every push is compressed once per socket when permessage-deflate is on: a change to 300 open
-# queue pages was 300 compressions of the whole queue, two fifths of the server's CPU under
-# that load (docs/performance.md), and each socket kept a compressor's memory. Pages and agent
-# states are small and sent over the approvers' and agents' own connections.
+# Every push is compressed once per socket when permessage-deflate is on: a change to many open
+# queue pages compressed the whole queue once for each (docs/performance.md), and each socket
+# kept a compressor's memory. Pages and agent states are small.
 WEBSOCKET_COMPRESSION = False
 APPLICATION = "config.asgi:application"
 # Seconds a stopping server lets requests finish; a parked long-poll would hold it for its
@@ -45,8 +44,7 @@ def main(argv: list[str] | None = None) -> None:
 
     forwarded = settings.COUNTERSIGN_FORWARDED_ALLOW_IPS
     # Django and every module it loads live as long as the process: frozen out of the cyclic
-    # collector's way, a full collection no longer walks them (about 45 ms of a request's
-    # time whenever one fell in it; the pages bench's p99).
+    # collector's way, a full collection no longer walks them (a pause in the pages' p99).
     importlib.import_module(APPLICATION.partition(":")[0])
     gc.freeze()
     uvicorn.run(

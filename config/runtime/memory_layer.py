@@ -19,10 +19,9 @@ class ThrottledInMemoryChannelLayer(InMemoryChannelLayer):
     """Channels' in-memory layer, dropping expired messages and group memberships at most
     once a second instead of on every group send and every receive.
 
-    Each of those scans every channel and every group member: with 5,000 agents waiting on
-    one process, each push and each consumer's next receive walked all 5,000, about a tenth
-    of the server's CPU. An expired message may now live up to a second past its 60 s, and
-    a membership a second past its day.
+    Each of those scans every channel and every group member, so with thousands of agents
+    waiting every push walked all of them. An expired message may now live up to a second
+    past its 60 s, and a membership a second past its day.
     """
 
     CLEAN_INTERVAL = 1.0  # seconds

@@ -2,7 +2,7 @@
 writers on SQLite take turns within the process.
 
 SQLite has one writer at a time, and a writer that finds the database locked sleeps and
-retries (1 ms, 2 ms, … up to 100 ms between tries): with 32 concurrent submissions most of
+retries (1 ms, 2 ms, … up to 100 ms between tries): under many concurrent submissions most of
 them sleep while the lock is free, and throughput falls (docs/performance.md). Threads of one
 process take turns here first and are handed the turn at once; other processes still meet the
 busy timeout.

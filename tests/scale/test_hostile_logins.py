@@ -1,11 +1,7 @@
-"""Hostile logins against a real server process (issue 13, item 4).
-
-Before: 100 wrong passwords in a row were all answered 200 and the right one then worked; and
-12 clients failing to log in as fast as they could took the only request thread (PBKDF2,
-~0.3 s each), raising the agent API's median latency from 6 ms to 4.2 s. Now the fifth
-failure locks the username out from that address, the right password included, and logins
-hash on threads of their own while the agent keeps being answered. How fast it is answered
-is bench/login_bench.py's to say, not a test's.
+"""Hostile logins against a real server process: the fifth failure locks the username out
+from that address, the right password included, and logins hash on threads of their own while
+the agent keeps being answered. How fast it is answered is bench/login_bench.py's to say, not
+a test's.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Under ASGI every request, every socket's database call and every long-poll read closes its
 connection (no persistent connections: each runs in a thread of its own). A new SQLite
-connection costs about 0.7 ms here — opening the file, Django registering its ~40 SQL
-functions, the pragmas — and the first query on it parses the schema again; and when the
-last connection to a WAL database closes, SQLite checkpoints the log. With 5,000 agents
-waiting, opening and closing connections took almost half of the server's CPU.
+connection opens the file, has Django register its SQL functions and run the pragmas, and
+its first query parses the schema again; and when the last connection to a WAL database
+closes, SQLite checkpoints the log. With thousands of agents waiting that dominated the
+server's CPU (docs/performance.md).
 
 So a closed connection goes to a per-process list of idle ones (at most ``IDLE_MAX`` per
 database file) and the next connect takes it from there. A connection is only ever used by
