@@ -8,21 +8,16 @@ may hold open, and page pushes rendered once per view, on threads of their own.
   per process, the bound of a deployment is the cap times its workers.
 - **One delivery per process.** The queue's changes reach a process once: one channel of the
   process is in the queue group, not one per page socket, and hands each change to the
-  process's views. A change to 300 sockets used to be 300 channel-layer messages, each a deep
-  copy, sent while the request that made the change waited (on SQLite, the one request thread
-  everyone waits for).
+  process's views, so a change costs one channel-layer message per process, not per socket.
 - **One feed per view** (``page_feed_join``). The sockets showing one view (a person's queue,
   a person's call page) are pushed to by one task: after a change that concerns the view it
   asks each socket in turn to push, at most every ``PAGE_PUSH_INTERVAL``, with a turn of the
-  loop after each. With a task per socket, a change made 300 tasks ready at once (each render
-  shared, each session check, each send), and an agent's push that came meanwhile waited
-  for all of their steps; now it waits for one. After each ``ROUND_SLICE`` of pushing, the
-  round sleeps ``ROUND_GAP``: a turn of the loop alone keeps the GIL, and a decision's
-  request thread waited up to the 5 ms switch interval for it after each database call.
+  loop after each, so that an agent's push that comes meanwhile waits for one page push, not
+  for every socket's.
 - **One render per view.** Each socket asks ``shared(key, work, since=...)`` for what it is to
   send, ``since`` being when the process heard of the change it answers. A run of ``work``
   that started at or after ``since`` serves the ask; otherwise it waits for the next run,
-  which starts once the current one ends and serves everyone who asked meanwhile. 300 queue
+  which starts once the current one ends and serves everyone who asked meanwhile: many queue
   sockets of one person cost one render per change.
 - **Sends that take turns.** ``page_send`` sends one page push at a time, across views.
 - **Threads of their own.** Page reads and renders run on ``PAGE_THREADS`` threads
@@ -61,17 +56,9 @@ PAGE_THREADS = 2
 REJOIN_SECONDS = 3600.0
 RETRY_SECONDS = 1.0  # after the channel layer failed (Redis restarting, say)
 # The least time between two pushes to a view's sockets: a change after a quiet spell is pushed
-# at once, changes in a burst are folded into one push at the end of the interval. At ten
-# changes a second, 300 sockets were sent 3,000 pushes a second, and the agents' pushes waited
-# behind them (bench/queue_sockets_bench.py).
+# at once, changes in a burst are folded into one push at the end of the interval, so that a
+# busy queue does not push to every open page at the rate of its changes.
 PAGE_PUSH_INTERVAL = 0.5
-# A round of pushes to a view's sockets keeps the GIL: a turn of the loop polls without
-# blocking, and a thread waiting for the GIL (a request's, a decision's) gets it only after
-# the 5 ms switch interval, again after each of its database calls. After each ROUND_SLICE
-# of pushing, the round sleeps ROUND_GAP (uvloop's timers count whole milliseconds), so that
-# the loop blocks in its poll and the threads run.
-ROUND_SLICE = 0.0005
-ROUND_GAP = 0.001
 # How long a render's result is kept for sockets asking late: longer than the sockets of a
 # view, pushed at most every PAGE_PUSH_INTERVAL, take to ask after a change.
 KEEP_SECONDS = 5.0
@@ -250,7 +237,7 @@ class _PageFeed:
             if wait > 0:
                 await asyncio.sleep(wait)  # what changes meanwhile goes into the same push
             since, self.stale_since = self.stale_since, None
-            self.pushed_at = gave_way = now()
+            self.pushed_at = now()
             for socket in list(self.sockets):
                 if socket not in self.sockets:
                     continue  # left meanwhile
@@ -258,11 +245,7 @@ class _PageFeed:
                     await socket.page_push(since=since)
                 except Exception:
                     logger.exception("rendering a page push failed")
-                if now() - gave_way < ROUND_SLICE:
-                    await asyncio.sleep(0)  # whatever else is ready runs before the next push
-                else:
-                    await asyncio.sleep(ROUND_GAP)  # and the threads that wait for the GIL
-                    gave_way = now()
+                await asyncio.sleep(0)  # whatever else is ready runs before the next push
 
 
 class _LoopState:

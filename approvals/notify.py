@@ -29,7 +29,7 @@ from django.http import HttpRequest
 from approvals.errors import CLOSE_CODE_BASE
 from approvals.models import Approval, Call
 from approvals.selectors.calls import call_state
-from config.runtime.push_loop import push_from_sync, pushes_settle
+from config.runtime.push_loop import push_from_sync
 
 logger = logging.getLogger(__name__)
 
@@ -116,14 +116,6 @@ def _send_now(pushes: list[Push]) -> None:
     if layer is None or not pushes:
         return
     push_from_sync(layer, _send, layer, pushes)
-
-
-def local_pushes_settle() -> None:
-    """Let this process's sockets and long-polls send what was pushed to them so far (a
-    brief wait; nothing to wait for across workers, where Redis carries the pushes)."""
-    layer = get_channel_layer()
-    if layer is not None:
-        pushes_settle(layer)
 
 
 def _deliver(groups: list[str], message: dict[str, Any]) -> None:

@@ -1,12 +1,12 @@
 """What a queue socket is sent after a change: the rows that changed since its last push, or
 the whole queue (docs/reliability.md, "Fair sockets").
 
-The whole queue is 55 KB with both sections full. Pushed to 300 sockets after every change, it
-was 16 MB of sends, and as much for the browsers to parse again, to tell them of one new row.
-Each render of a person's queue is compared, row by row, with each of the
-``RENDERS_KEPT`` renders before it (``QueuePush.changes``): a socket that was sent one of them
-gets only the difference, as htmx out-of-band swaps by id — removed rows deleted, changed rows
-replaced, new rows added at the end of their section — with the heads that carry the counts.
+The whole queue is large with both sections full, and sending it to every open page after
+every change would make each browser parse it all again to learn of one new row. Each render
+of a person's queue is compared, row by row, with each of the ``RENDERS_KEPT`` renders before
+it (``QueuePush.changes``): a socket that was sent one of them gets only the difference, as
+htmx out-of-band swaps by id — removed rows deleted, changed rows replaced, new rows added at
+the end of their section — with the heads that carry the counts.
 Any other socket, one that has just connected included, gets the whole queue, and so does
 every socket when the difference is not only that (rows in another order, a section that
 empties or fills, more than ``CHANGED_ROWS_LIMIT`` rows to send).
@@ -33,8 +33,8 @@ from approvals.selectors.queue import Queue, QueueRow
 CHANGED_ROWS_LIMIT = 20
 # How many earlier renders a render works out its changes from. A person's sockets are pushed
 # at different moments (one connects, each waits out its own interval), so a render can come
-# several after the one a socket was last sent: at ten changes a second, one push interval
-# (fairness.PAGE_PUSH_INTERVAL) is five renders, and with four kept most pushes were whole.
+# several after the one a socket was last sent: a busy queue renders several times within one
+# push interval (fairness.PAGE_PUSH_INTERVAL).
 RENDERS_KEPT = 16
 TEMPLATE = "approvals/queue.html"
 SECTIONS = ("mine", "others")
@@ -82,9 +82,8 @@ class QueuePush:
             if changes is not None:
                 return changes
         if self._whole is None:
-            # On the pages' threads, once for every socket that needs it: with both sections
-            # full it is a third of a render, and it holds the GIL that the agents' sockets
-            # wait for.
+            # On the pages' threads, once for every socket that needs it, so that the
+            # agents' sockets never wait behind it on the event loop.
             self._whole = asyncio.ensure_future(_whole_async(self))
         return await asyncio.shield(self._whole)
 

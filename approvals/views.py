@@ -21,7 +21,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.forms import HistoryFilterForm, history_page, posted_arguments
 from approvals.models import Approval
-from approvals.notify import local_pushes_settle
 from approvals.querystring import BadQuery, checks_own_query, query_refused, single_values
 from approvals.selectors.call_page import call_page
 from approvals.selectors.deciders import DECIDE_PERMISSION, may_view
@@ -92,7 +91,6 @@ def calls_decide_many(request: HttpRequest) -> HttpResponse:
     outcomes = calls_decide(
         user=user, approve=approve, comment=request.POST.get("comment", ""), calls=fields
     )
-    local_pushes_settle()  # the waiting agents first, as for one decision
     report = [
         (str(o.call_id) if o.call_id is not None else o.field[:80], o.decided, o.reason)
         for o in outcomes
@@ -144,9 +142,6 @@ def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpR
             status=error.status,
             content_type="text/plain",
         )
-    # The waiting agent first: answering the approver (rendering the call, or the rest of
-    # the request's way out) holds the GIL that the loop needs to send it the decision.
-    local_pushes_settle()
     if request.htmx:  # type: ignore[attr-defined]
         return _render_call(request, call_id)
     return HttpResponseRedirect(f"/calls/{call_id}/", status=303)

@@ -81,27 +81,3 @@ def _start(loop: asyncio.AbstractEventLoop, push: Coroutine[Any, Any, None]) -> 
     task = loop.create_task(push)
     _handed.add(task)
     task.add_done_callback(_handed.discard)
-
-
-# A push handed to the receivers' loop reaches a socket in a few turns of it: the push's own
-# task, the receive's, the consumer's wait for it, and its handler's send.
-SETTLE_TURNS = 4
-SETTLE_TIMEOUT = 0.05  # seconds; the pushes are hints, the writer goes on regardless
-
-
-def pushes_settle(layer: BaseChannelLayer) -> None:
-    """Wait (briefly) until this process's receivers have taken the pushes handed to them so
-    far, before work that would hold the GIL their loop needs to send them."""
-    loop = layer.receivers_loop if isinstance(layer, ThrottledInMemoryChannelLayer) else None
-    if loop is None or loop.is_closed() or uses_stock(Stock.PUSH_LOOP):
-        return
-
-    async def turns() -> None:
-        for _ in range(SETTLE_TURNS):
-            await asyncio.sleep(0)
-
-    settled = asyncio.run_coroutine_threadsafe(turns(), loop)
-    try:
-        settled.result(SETTLE_TIMEOUT)
-    except TimeoutError:
-        settled.cancel()

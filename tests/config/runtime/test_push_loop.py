@@ -21,7 +21,7 @@ from approvals.models import Call
 from approvals.notify import call_group, notify_call
 from config.env import redis_channel_layer
 from config.runtime.memory_layer import ThrottledInMemoryChannelLayer
-from config.runtime.push_loop import push_from_sync, push_loop, pushes_settle
+from config.runtime.push_loop import push_from_sync, push_loop
 from config.runtime.stock import Stock
 from tests.asgi import PROMPTLY
 from tests.factories import agent_make
@@ -150,7 +150,7 @@ def test_the_in_memory_layer_with_no_receiver_in_any_group_is_not_pushed_to(
     assert _loops_of_two_pushes(ThrottledInMemoryChannelLayer()) == []
 
 
-def test_pushes_settle_once_the_receivers_have_taken_them(
+def test_a_push_handed_to_the_receivers_loop_reaches_a_waiting_receiver(
     settings: Any, receivers_loop: asyncio.AbstractEventLoop
 ) -> None:
     settings.COUNTERSIGN_STOCK = frozenset()
@@ -159,31 +159,6 @@ def test_pushes_settle_once_the_receivers_have_taken_them(
     asyncio.run_coroutine_threadsafe(layer.group_add("watchers", channel), receivers_loop).result(
         PROMPTLY
     )
-    taken: list[dict[str, Any]] = []
-
-    async def receive() -> None:  # as a socket's consumer does
-        taken.append(await layer.receive(channel))
-
-    asyncio.run_coroutine_threadsafe(asyncio.sleep(0), receivers_loop).result(PROMPTLY)
-    waiting = asyncio.run_coroutine_threadsafe(receive(), receivers_loop)
+    waiting = asyncio.run_coroutine_threadsafe(layer.receive(channel), receivers_loop)
     push_from_sync(layer, layer.group_send, "watchers", {"type": "call.changed"})
-    pushes_settle(layer)
-    assert taken == [{"type": "call.changed"}]
-    waiting.result(PROMPTLY)
-
-
-def test_pushes_settle_gives_up_on_a_busy_loop_and_without_receivers(
-    settings: Any, receivers_loop: asyncio.AbstractEventLoop
-) -> None:
-    settings.COUNTERSIGN_STOCK = frozenset()
-    layer = ThrottledInMemoryChannelLayer()
-    pushes_settle(layer)  # no receiver yet: nothing to wait for
-    joined = layer.group_add("watchers", "specific.watcher")
-    asyncio.run_coroutine_threadsafe(joined, receivers_loop).result(PROMPTLY)
-    go_on = threading.Event()
-    receivers_loop.call_soon_threadsafe(go_on.wait, PROMPTLY)  # the loop, busy
-    pushes_settle(layer)
-    assert not go_on.is_set()
-    go_on.set()
-    # The loop free again, the wait given up on ends (cancelled) before the loop stops.
-    asyncio.run_coroutine_threadsafe(asyncio.sleep(0.01), receivers_loop).result(PROMPTLY)
+    assert waiting.result(PROMPTLY) == {"type": "call.changed"}
