@@ -1,5 +1,5 @@
-"""System checks: what the written-out SQL of approvals/queries/ needs of the database, and
-a mail server where email channels exist (``check --deploy``)."""
+"""System checks: what the written-out SQL of approvals/services/statements.py needs of the
+database, and a mail server where email channels exist (``check --deploy``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DatabaseError, connection
 
-SQLITE_MINIMUM = (3, 35)  # upserts with RETURNING (approvals/queries/run_counters.py)
+SQLITE_MINIMUM = (3, 35)  # upserts with RETURNING (approvals/services/statements.py)
 SQLITE_TOO_OLD = "SQLite {found} is older than 3.35, which counting calls needs (RETURNING)."
 
 

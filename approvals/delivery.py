@@ -30,35 +30,41 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from approvals.queries.notifications import (
-    notifications_claim,
-    notifications_due_any,
-    notifications_run_read,
-)
+from approvals.models import Notification
 from approvals.services.notifications import (
     Attempt,
     attempt_outcome,
     calls_expiring_notify,
     notification_attempts_record,
+    notifications_claim,
+    notifications_due_any,
 )
 from config.runtime.sqlite_writers import write_transaction
 
 T = TypeVar("T")
 LEASE = timedelta(seconds=30)
 # Most messages one claim takes of one channel, sent one after another over one connection:
-# more than a gathering wait collects under the benches' load (about 45 at 450 submissions a
-# second), so a run's own cost (its claim, its reads, its record) is shared by all of them.
+# more than a gathering wait collects under the benches' load, so a run's own cost (its
+# claim, its reads, its record) is shared by all of them.
 RUN = 128
 POLL_SECONDS = 1.0
 EXPIRING_SCAN_SECONDS = 5.0
 # After a commit that wrote messages, the loop waits this long before it claims, so that
 # under load one claim, one run and one record serve the messages of many submissions
-# (bench/notify_bench.py: a message's own server CPU 7.1 ms without, 2.7 ms with). A full
-# run's end cuts the wait short: more of its channel is due already, and waiting each time
-# would hold a channel's delivery to one run a wait (1,280 messages a second).
+# (bench/notify_bench.py). A full run's end cuts the wait short: more of its channel is due
+# already, and waiting each time would hold a channel's delivery to one run a wait.
 GATHER_SECONDS = 0.1
 
 logger = logging.getLogger(__name__)
+
+
+def _run_read(notification_ids: list[uuid.UUID]) -> list[Notification]:
+    """The claimed messages still pending, in the order given, with their channel."""
+    # By id alone: given the status too, SQLite may search the status index instead, among
+    # every pending message of a backlog.
+    found = Notification.objects.filter(pk__in=notification_ids).select_related("channel")
+    by_id = {message.pk: message for message in found if message.status == message.Status.PENDING}
+    return [by_id[pk] for pk in notification_ids if pk in by_id]
 
 
 def notifications_send(notification_ids: list[uuid.UUID], *, now: datetime | None = None) -> int:
@@ -70,10 +76,10 @@ def notifications_send(notification_ids: list[uuid.UUID], *, now: datetime | Non
     # Imported late: the senders load libraries a process without notifications never needs.
     from approvals.senders import channel_sender
 
-    read = notifications_run_read(notification_ids=notification_ids)
-    if read is None:
+    run = _run_read(notification_ids)
+    if not run:
         return 0
-    channel, run = read
+    channel = run[0].channel
     attempts: list[Attempt] = []
     started = time.monotonic()
     with channel_sender(channel) as send:
@@ -153,7 +159,7 @@ class Deliverer:
         self.written = False
         # Set by the first commit's poke until the loop takes the wake up at its next claim:
         # the commits meanwhile need not hop to the event loop again (under load, one
-        # wake per run instead of one per commit; the hop cost a submission 0.2 ms of CPU).
+        # wake per run instead of one per commit).
         self.poked = False
         # Set when a full run of a channel has been sent: the next claim need not wait.
         self.hurry = asyncio.Event()

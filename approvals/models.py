@@ -369,7 +369,7 @@ class LedgerEntry(models.Model):
 class LedgerHour(models.Model):
     """A ledger's total of its entries recorded in one UTC hour, voided ones left out: kept in
     the transaction of every entry recorded or voided, so that a window's total reads these
-    rows and at most the entries of the hour its window starts in (``ledger_entry_totals``)."""
+    rows and at most the entries of the hour its window starts in (``ledger_window_totals``)."""
 
     # Found by (ledger, hour), the unique constraint's index: no index of its own.
     ledger = models.ForeignKey(
@@ -408,7 +408,7 @@ class AuditEntryQuerySet(models.QuerySet["AuditEntry"]):
 class AuditEntry(models.Model):
     """Append-only: written by ``services.audit`` only, shown read-only in admin. The ORM
     refuses to change or delete an entry, through an instance or a queryset, and the
-    database refuses it too, whatever the path (triggers, ``queries/audit_entries.py``)."""
+    database refuses it too, whatever the path (triggers, migration ``0009_audit_guard``)."""
 
     class Action(models.TextChoices):
         CALL_ALLOWED = "call allowed", "call allowed"

@@ -131,10 +131,10 @@ def _fill(decided: int, pending: int) -> Filled:
     from django.utils import timezone
 
     from approvals.models import Approval, AuditEntry, Call, Gate, Ledger, LedgerEntry
-    from approvals.queries.ledger_hours import ledger_hours_add
     from approvals.services.agents import agent_create_or_update
     from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT
     from approvals.services.rules import cap_rule_save
+    from approvals.services.statements import ledger_hours_add
 
     with transaction.atomic():
         for line in RULES:

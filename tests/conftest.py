@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,6 @@ from django.core.management.commands import flush
 from django.db import connections
 
 from approvals.presence import PREFIX as PRESENCE_PREFIX
-from approvals.queries.audit_entries import guard_create, guard_drop
 from approvals.ratelimit import RATE_KEY_PREFIX
 from config.runtime.push_loop import push_loop
 
@@ -70,19 +70,20 @@ def _no_redis_state_from_an_earlier_run() -> None:
 def _flush_past_the_audit_guard() -> Iterator[None]:
     """Transactional tests end with ``flush``. On SQLite that is a ``DELETE`` per table, which
     the audit table's triggers refuse (as they must anywhere else): in the test run only,
-    they are dropped for the flush and created again right after. PostgreSQL's flush is a
-    ``TRUNCATE``, which row triggers let through (approvals/queries/audit_entries.py)."""
+    they are dropped for the flush and created again right after, as migration 0009 creates
+    them. PostgreSQL's flush is a ``TRUNCATE``, which row triggers let through."""
+    guard = importlib.import_module("approvals.migrations.0009_audit_guard")
     handle = flush.Command.handle
 
     def flush_past_the_guard(command: flush.Command, **options: Any) -> None:
         connection = connections[options["database"]]
         if connection.vendor != "sqlite":
             return handle(command, **options)
-        guard_drop(connection)
+        guard.guard_drop(connection)
         try:
             return handle(command, **options)
         finally:
-            guard_create(connection)
+            guard.guard_create(connection)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(flush.Command, "handle", flush_past_the_guard)

@@ -1,5 +1,5 @@
 """Each ledger's total per UTC hour, kept with its entries, so that a window's total reads
-at most an hour of entries (approvals/queries/ledger_entries.py); filled here from the
+at most an hour of entries (approvals/services/statements.py); filled here from the
 entries already recorded."""
 
 from __future__ import annotations

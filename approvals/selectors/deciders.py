@@ -16,8 +16,8 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import BooleanField, ExpressionWrapper, Q, Value
 
 from approvals.models import Call, Gate
-from approvals.queries.calls import HeldAtAny
-from approvals.queries.gates import gates_groups
+from approvals.selectors.gates import gates_groups
+from approvals.services.statements import HeldAtAny
 
 VIEW_PERMISSIONS = ("approvals.view_call", "approvals.decide_call")
 DECIDE_PERMISSION = "approvals.decide_call"
@@ -48,7 +48,7 @@ def decidable_call_ids(*, user: User, calls: Iterable[Call]) -> set[uuid.UUID]:
     candidates = [call for call in calls if call.principal != own]
     if user.is_superuser or not candidates:
         return {call.pk for call in candidates}
-    gate_groups = gates_groups(sorted({gate for call in candidates for gate in call.gates}))
+    gate_groups = gates_groups(names=sorted({gate for call in candidates for gate in call.gates}))
     if not gate_groups:  # no gate of these calls is kept to a group
         return {call.pk for call in candidates}
     group_ids = set(user.groups.values_list("pk", flat=True))

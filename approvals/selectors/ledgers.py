@@ -9,14 +9,19 @@ could let a call through past the limit).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import reduce
+
+from django.db.models import Q, QuerySet
 
 import capcore
 from approvals.models import Ledger
-from approvals.queries.ledger_entries import ledger_entry_totals
-from approvals.queries.ledgers import LedgerIdentity, ledgers_read
+from approvals.services.statements import ledger_window_totals
 from capcore.caps import bounds_of_window
+
+LedgerIdentity = tuple[str, str, str]  # a Ledger row's rule, currency and key digest
 
 
 def ledger_identity(key: capcore.LedgerKey) -> LedgerIdentity:
@@ -24,11 +29,23 @@ def ledger_identity(key: capcore.LedgerKey) -> LedgerIdentity:
     return (key.rule, key.currency, key.key_digest or "")
 
 
+def ledgers_by_identity(*, identities: Sequence[LedgerIdentity]) -> QuerySet[Ledger]:
+    """The ledgers with these identities (none given: none), in identity order."""
+    named = [
+        Q(rule=rule, currency=currency, key_digest=digest) for rule, currency, digest in identities
+    ]
+    if not named:
+        return Ledger.objects.none()
+    return Ledger.objects.filter(reduce(operator.or_, named)).order_by(
+        "rule", "currency", "key_digest"
+    )
+
+
 def ledgers_spent(*, windows: Mapping[int, capcore.Window | None], now: datetime) -> dict[int, int]:
     """The totals of these ledgers (by id), each within its window ending ``now``, voided
     entries left out; in one query however many ledgers. A ledger with nothing spent is 0."""
     bounds = [(ledger_id, *bounds_of_window(window, now)) for ledger_id, window in windows.items()]
-    totals = ledger_entry_totals(bounds)
+    totals = ledger_window_totals(bounds)
     return {ledger_id: totals.get(ledger_id, 0) for ledger_id in windows}
 
 
@@ -45,7 +62,7 @@ def keys_spent(
     by_identity = {ledger_identity(key): key for key in windows}
     if not by_identity:
         return {}
-    found = ledgers_read(sorted(by_identity), lock=False)
+    found = ledgers_by_identity(identities=sorted(by_identity))
     keys = {
         ledger.pk: by_identity[(ledger.rule, ledger.currency, ledger.key_digest)]
         for ledger in found

@@ -17,8 +17,8 @@ from django.db.models import F, Q
 
 import capcore
 from approvals.models import Agent, Budget, CapRule, PermissionRule, ToolClass
-from approvals.queries.policy_stamps import policy_stamp_read
 from approvals.selectors.rules import stored_rule
+from approvals.services.statements import policy_stamp_read
 
 CACHED_AGENTS = 1024  # per process; past that the cache starts again
 

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 import capcore
-from approvals.models import Call
+from approvals.models import Approval, Call
 from approvals.presence import Waiting, presence_of
-from approvals.queries.queue import QueueCall, queue_read
 from approvals.selectors.caps import call_amounts, cap_assessments, held_by
 from approvals.selectors.deciders import (
     DECIDE_PERMISSION,
@@ -32,27 +33,15 @@ from capcore.strictjson import lookup
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-# A queue section shows at most this many rows (its count is still exact). A row costs ~0.14
-# ms to render, and the page must be served in 50 ms (p99) with both sections full.
+# A queue section shows at most this many rows (its count is still exact), so that the page's
+# cost follows the rows shown, not the pending calls.
 QUEUE_SECTION_LIMIT = 50
 
 
-class _Fields:
-    """Fields read by name, as Django's templates read them: a template variable tries
-    ``row[name]`` before ``row.name``. Answering it spares each of a row's twenty lookups a
-    ``TypeError`` raised and caught, a seventh of rendering the queue."""
-
-    __slots__ = ()
-
-    def __getitem__(self, name: str) -> object:
-        return getattr(self, name)
-
-
 @dataclass(frozen=True, slots=True)
-class QueueRow(_Fields):
+class QueueRow:
     """One pending call as its row shows it. Its texts are clipped and formatted here, once,
-    with the pages' own filters: the template only places them (a filter in the template
-    costs as much again as the value it formats, and a row has a dozen)."""
+    with the pages' own filters: the template only places them."""
 
     id: uuid.UUID
     may_decide: bool
@@ -74,7 +63,7 @@ class QueueRow(_Fields):
 
 
 @dataclass(frozen=True, slots=True)
-class Queue(_Fields):
+class Queue:
     """The pending calls as one person sees them: those they may decide (and have not yet),
     oldest first, then the others, read-only. Sections hold at most ``QUEUE_SECTION_LIMIT``
     rows; the counts are exact."""
@@ -132,6 +121,83 @@ def unreadable_reasons(call: Call, assessments: Iterable[capcore.CapAssessment])
     except capcore.ArgsNotStrict:
         return (UNREADABLE,)
     return tuple(dict.fromkeys(_short_reason(a, arguments) for a in failed))
+
+
+# What a row shows, its amounts and whether an agent waits for it are read from; the rest
+# (context, the decision, the idempotency fields) can be large and is left in the database.
+_ROW_FIELDS = (
+    "id",
+    "agent",
+    "tool",
+    "arguments",
+    "arguments_sha256",
+    "principal",
+    "run_id",
+    "reasons",
+    "gates",
+    "pending_records",
+    "created_at",
+    "expires_at",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCall:
+    call: Call  # only ``_ROW_FIELDS`` loaded
+    agent_name: str
+    decided: bool  # by this person, either way
+    approved: int  # approvals so far
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead:
+    mine: list[QueueCall]  # theirs to decide, oldest first
+    others: list[QueueCall]  # the rest, oldest first
+    mine_count: int
+    others_count: int
+
+
+def queue_read(*, user_id: int, decidable: Q, limit: int) -> QueueRead:
+    """The held calls as ``user_id`` sees them: those ``decidable`` (a filter on calls, from
+    ``deciders.decidable_filter``) that they have not decided, then the others; at most
+    ``limit`` rows a section, the counts exact. A section counted empty is not read."""
+    # Whether this person decided the call, either way. An approval an edit voided is no
+    # decision: the edited version is theirs to decide.
+    decided = Exists(
+        Approval.objects.filter(call=OuterRef("pk"), user_id=user_id, voided_at__isnull=True)
+    )
+    approvals = Approval.objects.filter(call=OuterRef("pk"), approve=True, voided_at__isnull=True)
+    approved = Coalesce(
+        Subquery(approvals.order_by().values("call").annotate(n=Count("pk")).values("n")), 0
+    )
+    mine = decidable & ~Q(decided)
+    held = Call.objects.filter(status=Call.Status.PENDING)
+    # Counted apart from the rows: a change in between is pushed, and the page read again.
+    counts = held.aggregate(held=Count("pk"), mine=Count("pk", filter=mine))
+    mine_count, others_count = counts["mine"], counts["held"] - counts["mine"]
+
+    def section(condition: Q, *, count: int) -> list[QueueCall]:
+        if not count:
+            return []
+        rows = (
+            held.filter(condition)
+            .annotate(decided=decided, approved=approved, agent_name=F("agent__name"))
+            .only(*_ROW_FIELDS)
+            .order_by("created_at", "pk")[:limit]
+        )
+        return [
+            QueueCall(
+                call=row, agent_name=row.agent_name, decided=row.decided, approved=row.approved
+            )
+            for row in rows
+        ]
+
+    return QueueRead(
+        mine=section(mine, count=mine_count),
+        others=section(~mine, count=others_count),
+        mine_count=mine_count,
+        others_count=others_count,
+    )
 
 
 def _row(

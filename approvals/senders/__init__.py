@@ -19,7 +19,7 @@ UNKNOWN_KIND = "unknown channel kind"
 
 
 class Message(Protocol):
-    """What a sender reads of a message: a run's ``RunMessage``, or a ``Notification``."""
+    """What a sender reads of a message (a ``Notification`` has it all)."""
 
     @property
     def id(self) -> uuid.UUID: ...

@@ -15,8 +15,8 @@ from django.db.models import Q
 from django.template.loader import render_to_string
 
 from approvals.models import Call
-from approvals.queries.gates import gates_groups
 from approvals.selectors.deciders import DECIDE_PERMISSION
+from approvals.selectors.gates import gates_groups
 from approvals.senders.notice import Notice, notice_read
 from approvals.senders.result import SendResult, scrub
 
@@ -42,7 +42,7 @@ def approver_addresses(call: Call) -> list[str]:
     users = User.objects.filter(is_active=True).exclude(email="")
     users = users.exclude(**{User.USERNAME_FIELD: call.principal})
     users = users.filter(pk__in=User.objects.filter(may).values("pk"))
-    for group in sorted(set(gates_groups(sorted(set(call.gates))).values())):
+    for group in sorted(set(gates_groups(names=sorted(set(call.gates))).values())):
         members = User.groups.through.objects.filter(group_id=group).values("user_id")
         users = users.filter(Q(is_superuser=True) | Q(pk__in=members))
     return sorted(set(users.values_list("email", flat=True)))

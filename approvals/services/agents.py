@@ -18,7 +18,6 @@ from django.utils import timezone
 
 from approvals import notify
 from approvals.models import Agent, AgentToken, AuditEntry
-from approvals.queries.agent_tokens import agent_token_find
 from approvals.services.audit import audit_record, audit_snapshot
 
 TOKEN_PREFIX = "cs_"  # noqa: S105 (a marker, not a secret)
@@ -93,18 +92,15 @@ def token_digest(token: str) -> str:
 def agent_token_authenticate(*, token: str) -> tuple[Agent, int] | None:
     """The agent holding this unrevoked token, and the token's id, found by the token's digest
     (an index lookup, so no secret is compared byte by byte). Notes the token's use, at most
-    once a minute.
-
-    In SQL (approvals/queries/agent_tokens.py): every request of an agent runs it.
-    """
-    found = agent_token_find(token_digest(token))
+    once a minute."""
+    unrevoked = AgentToken.objects.filter(digest=token_digest(token), revoked_at__isnull=True)
+    found = unrevoked.select_related("agent").first()
     if found is None:
         return None
-    token_id, last_used_at, agent = found
     now = timezone.now()
-    if last_used_at is None or now - last_used_at > TOKEN_USE_RESOLUTION:
-        AgentToken.objects.filter(pk=token_id).update(last_used_at=now)
-    return agent, token_id
+    if found.last_used_at is None or now - found.last_used_at > TOKEN_USE_RESOLUTION:
+        AgentToken.objects.filter(pk=found.pk).update(last_used_at=now)
+    return found.agent, found.pk
 
 
 def agent_authenticate(*, token: str) -> Agent | None:

@@ -1,13 +1,14 @@
 """The audit log's only writer: every change of the application is recorded through here, in
 the transaction of the change (docs/reliability.md, "The audit log is append-only").
 
-``audit_record`` saves one entry. ``audit_entry`` builds the same entry unsaved, for the hot
-paths that insert their rows together with others (``sql.insert``).
+``audit_record`` saves one entry. ``audit_entry`` builds the same entry unsaved, and
+``audit_entries_record`` saves several built so, together.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Required, TypedDict, Unpack
 
@@ -123,6 +124,11 @@ def audit_entry(**fields: Unpack[AuditFields]) -> AuditEntry:
         before=fields.get("before", ""),
         after=fields.get("after", ""),
     )
+
+
+def audit_entries_record(entries: Sequence[AuditEntry]) -> None:
+    """Write entries built by ``audit_entry``, in one statement, in the caller's transaction."""
+    AuditEntry.objects.bulk_create(entries)
 
 
 def audit_record(**fields: Unpack[AuditFields]) -> AuditEntry:

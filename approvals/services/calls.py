@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,17 +26,17 @@ from approvals.models import (
     RunCounter,
 )
 from approvals.notify import notify_call
-from approvals.queries import sql
-from approvals.queries.calls import KeyHolder, call_key_holder
-from approvals.queries.ledger_hours import ledger_hours_add
-from approvals.queries.ledgers import ledgers_create, ledgers_read
-from approvals.queries.policy_stamps import policy_stamp_read
-from approvals.queries.run_counters import run_cost_count, run_cost_read, run_counter_count
 from approvals.selectors.gates import hold_seconds
-from approvals.selectors.ledgers import ledger_identity, ledgers_spent
+from approvals.selectors.ledgers import ledger_identity, ledgers_by_identity, ledgers_spent
 from approvals.selectors.policies import AgentPolicy, policy_at_stamp, policy_for_agent
-from approvals.services.audit import audit_entry
+from approvals.services.audit import audit_record
 from approvals.services.notifications import EVENT_OF_STATUS, notifications_enqueue
+from approvals.services.statements import (
+    ledger_hours_add,
+    policy_stamp_read,
+    run_cost_add,
+    run_counter_count,
+)
 from approvals.services.submissions import Submission
 from config.runtime.sqlite_writers import write_transaction
 
@@ -47,6 +48,12 @@ LEDGER_VANISHED = "a ledger was deleted while a call was being checked against i
 
 class IdempotencyConflict(Exception):
     """The same Idempotency-Key came with a different body."""
+
+
+def call_lock(*, call_id: uuid.UUID) -> Call | None:
+    """The call, its row locked until the transaction ends (on SQLite the write transaction
+    holds the whole database already); None when there is none."""
+    return Call.objects.select_for_update().filter(pk=call_id).first()
 
 
 def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, Ledger]:
@@ -61,10 +68,18 @@ def ledger_lock(keys: tuple[capcore.LedgerKey, ...]) -> dict[capcore.LedgerKey, 
         return {}
     wanted = {ledger_identity(key): key for key in keys}
     identities = sorted(wanted)
-    ledgers_create(identities)
+    Ledger.objects.bulk_create(
+        [
+            Ledger(rule=rule, currency=currency, key_digest=digest)
+            for rule, currency, digest in identities
+        ],
+        ignore_conflicts=True,
+    )
+    # Locked as the sort emits them: always in this order, so two transactions never wait
+    # on each other's rows in a cycle.
+    locked = ledgers_by_identity(identities=identities).select_for_update()
     ledgers = {
-        wanted[(ledger.rule, ledger.currency, ledger.key_digest)]: ledger
-        for ledger in ledgers_read(identities, lock=True)
+        wanted[(ledger.rule, ledger.currency, ledger.key_digest)]: ledger for ledger in locked
     }
     if len(ledgers) != len(wanted):
         # A ledger missing here would count as nothing spent: refuse rather than guess.
@@ -81,17 +96,21 @@ def _counted(
     scope = budget.scope if budget is not None else capcore.BudgetScope.RUN
     key = submission.run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
     usage = submission.usage
-    counter_id, calls, tokens, started_at = run_counter_count(
+    counter = run_counter_count(
         agent_id=agent.pk, scope=scope.value, key=key, tokens=usage.tokens, now=now
     )
     cost = 0
     if budget is not None and budget.cost_currency is not None:
-        cost = run_cost_read(counter_id=counter_id, currency=budget.cost_currency)
+        costs = RunCost.objects.filter(counter_id=counter.pk, currency=budget.cost_currency)
+        cost = costs.values_list("amount", flat=True).first() or 0
     if usage.cost_currency is not None:
-        run_cost_count(counter_id=counter_id, currency=usage.cost_currency, amount=usage.cost)
-    calls_before = calls - 1
+        run_cost_add(counter_id=counter.pk, currency=usage.cost_currency, amount=usage.cost)
+    calls_before = counter.calls - 1
     return capcore.RunCounters(
-        calls_before, tokens - usage.tokens, cost, started_at if calls_before else None
+        calls_before,
+        counter.tokens - usage.tokens,
+        cost,
+        counter.started_at if calls_before else None,
     )
 
 
@@ -108,7 +127,7 @@ def ledger_record(
         LedgerEntry(ledger=ledgers[record.ledger], call=call, minor=record.minor, recorded_at=now)
         for record in records
     ]
-    sql.insert(entries)
+    LedgerEntry.objects.bulk_create(entries)
     ledger_hours_add((entry.ledger_id, now, entry.minor) for entry in entries)
 
 
@@ -121,7 +140,9 @@ def call_end(
     call.decided_by = user
     call.decision_comment = comment
     call.updated_at = now
-    sql.update(call, "status", "decided_at", "decided_by", "decision_comment", "updated_at")
+    call.save(
+        update_fields=["status", "decided_at", "decided_by", "decision_comment", "updated_at"]
+    )
     metrics.call_decided(call)
     notifications_enqueue(call=call, event=EVENT_OF_STATUS[status], now=now)
 
@@ -148,20 +169,22 @@ def records_from_json(stored: list[dict[str, Any]]) -> tuple[capcore.LedgerRecor
     )
 
 
-def _key_holder(agent: Agent, submission: Submission) -> KeyHolder | None:
+def _key_holder(agent: Agent, submission: Submission) -> Call | None:
+    """The call of this agent that holds the submission's idempotency key (at most one
+    does: a unique constraint), however old. Nearly always there is none."""
     if submission.idempotency_key is None:
         return None
-    return call_key_holder(agent_id=agent.pk, idempotency_key=submission.idempotency_key)
+    return Call.objects.filter(agent=agent, idempotency_key=submission.idempotency_key).first()
 
 
-def _replay(holder: KeyHolder | None, submission: Submission, now: datetime) -> Call | None:
+def _replay(holder: Call | None, submission: Submission, now: datetime) -> Call | None:
     """The call that holds the submission's key, if it was made within the window; the same
     key with another body is a conflict."""
     if holder is None or holder.created_at < now - IDEMPOTENCY_WINDOW:
         return None
     if holder.request_sha256 != submission.request_sha256:
         raise IdempotencyConflict
-    return Call.objects.filter(pk=holder.call_id).first()
+    return holder
 
 
 def _forget_stale_key(agent: Agent, submission: Submission, now: datetime) -> None:
@@ -294,16 +317,10 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         idempotency_key=submission.idempotency_key,
         request_sha256=submission.request_sha256,
     )
-    sql.insert([call])
+    call.save(force_insert=True)
     if verdict.status is capcore.Status.ALLOWED:
         ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
-    sql.insert(
-        [
-            audit_entry(
-                action=AuditEntry.Action.call(verdict.status.value), obj=call, agent=agent, at=now
-            )
-        ]
-    )
+    audit_record(action=AuditEntry.Action.call(verdict.status.value), obj=call, agent=agent, at=now)
     metrics.call_submitted(call)
     if call.status == Call.Status.PENDING:
         notifications_enqueue(

@@ -19,16 +19,14 @@ from django.utils import timezone
 import capcore
 from approvals.models import Approval, AuditEntry, Call, Ledger, PermissionRule
 from approvals.notify import notify_call, pushes_together
-from approvals.queries import sql
-from approvals.queries.approvals import approvals_with_users
-from approvals.queries.calls import call_read_locked
-from approvals.queries.gates import gates_required_approvals
 from approvals.selectors.calls import call_findings
 from approvals.selectors.deciders import decidable_call_ids, required_approvals
-from approvals.services.audit import audit_entry
+from approvals.selectors.gates import gates_required_approvals
+from approvals.services.audit import audit_entries_record, audit_entry
 from approvals.services.calls import (
     call_end,
     call_evaluate_again,
+    call_lock,
     ledger_lock,
     ledger_record,
     records_from_json,
@@ -99,7 +97,7 @@ def user_may_decide(*, user: User, call: Call) -> bool:
 
 
 def _required_approvals(call: Call) -> int:
-    return required_approvals(call.gates, gates_required_approvals(call.gates))
+    return required_approvals(call.gates, gates_required_approvals(names=call.gates))
 
 
 def _digest(text: str) -> str:
@@ -163,7 +161,7 @@ def _approval_add(
         created_at=now,
         arguments_sha256=call.arguments_sha256,
     )
-    sql.insert([approval])
+    approval.save(force_insert=True)
     return approval
 
 
@@ -205,7 +203,7 @@ def call_decide(
     or byte-identical to the call's current arguments, it is an ordinary approval;
     otherwise see ``_edit_and_approve``."""
     clock = now
-    call = call_read_locked(call_id)
+    call = call_lock(call_id=call_id)
     if call is None:
         raise CallNotFound
     if not user_may_decide(user=user, call=call):
@@ -232,7 +230,11 @@ def call_decide(
         raise DecisionConflict(Conflict.STALE.value)
     # Read once: for the second-decision check, the quorum, and the state pushed. Only the
     # approvals of the current version count: an edit voids the earlier ones.
-    approvals = [approval for approval in approvals_with_users(call) if approval.voided_at is None]
+    approvals = list(
+        call.approvals.filter(voided_at__isnull=True)
+        .select_related("user")
+        .order_by("created_at", "pk")
+    )
     if any(approval.user_id == user.pk for approval in approvals):
         raise DecisionConflict(Conflict.SECOND.value)
     if edit is not None:
@@ -265,7 +267,7 @@ def call_decide(
         )
     else:
         call.updated_at = now
-        sql.update(call, "updated_at")
+        call.save(update_fields=["updated_at"])
     entries.append(
         audit_entry(
             action=AuditEntry.Action.CALL_APPROVED if approve else AuditEntry.Action.CALL_DENIED,
@@ -275,7 +277,7 @@ def call_decide(
             at=now,
         )
     )
-    sql.insert(entries)
+    audit_entries_record(entries)
     notify_call(call, approvals=approvals)
     return call
 
@@ -312,16 +314,17 @@ def _edit_and_approve(
     call.reasons = [finding.as_reason() for finding in verdict.reasons]
     call.pending_records = records_to_json(evaluation.records)
     call.updated_at = now
-    sql.update(
-        call,
-        "arguments",
-        "arguments_sha256",
-        "original_arguments",
-        "original_arguments_sha256",
-        "reasons",
-        "gates",
-        "pending_records",
-        "updated_at",
+    call.save(
+        update_fields=[
+            "arguments",
+            "arguments_sha256",
+            "original_arguments",
+            "original_arguments_sha256",
+            "reasons",
+            "gates",
+            "pending_records",
+            "updated_at",
+        ]
     )
     Approval.objects.filter(call=call, voided_at__isnull=True).update(voided_at=now)
     approval = _approval_add(
@@ -361,7 +364,7 @@ def _edit_and_approve(
             action=AuditEntry.Action.CALL_APPROVED, obj=call, user=user, after=comment, at=now
         )
     )
-    sql.insert(entries)
+    audit_entries_record(entries)
     notify_call(call, approvals=[approval])
     return call
 

@@ -6,11 +6,12 @@ from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from approvals.models import AuditEntry, LedgerEntry
-from approvals.queries.ledger_hours import ledger_hour_take
+from approvals.models import AuditEntry, LedgerEntry, LedgerHour
 from approvals.services.audit import audit_record
+from approvals.services.statements import hour_of
 
 VOID_NEEDS_REASON = "A voided entry needs a reason."
 ALREADY_VOIDED = "This entry is already void."
@@ -18,10 +19,20 @@ HOUR_HAS_NO_TOTAL = (
     "This entry's hour has no total that counts it: the ledger's hourly totals are out of "
     "step with its entries. Nothing was changed; the entry still counts."
 )
+NO_SUCH_HOUR = "a voided entry's hour has no total to take it from"
 
 
 class VoidRefused(Exception):
     pass
+
+
+def ledger_hour_take(*, ledger_id: int, moment: datetime, minor: int) -> None:
+    """Take ``minor`` from the ledger's total of the hour ``moment`` falls in (an entry of
+    that hour voided), in the caller's transaction. An hour without that much (its check
+    constraint) or without a row raises ``IntegrityError``: the entry then still counts."""
+    hour = LedgerHour.objects.filter(ledger_id=ledger_id, hour=hour_of(moment))
+    if hour.update(minor=F("minor") - minor) != 1:
+        raise IntegrityError(NO_SUCH_HOUR)
 
 
 @transaction.atomic

@@ -12,11 +12,9 @@ from django.utils import timezone
 from approvals import metrics
 from approvals.models import Agent, AuditEntry, Call, NotificationChannel
 from approvals.notify import notify_call
-from approvals.queries import sql
-from approvals.queries.calls import call_read_locked
 from approvals.selectors.gates import hold_seconds
 from approvals.services.audit import audit_record
-from approvals.services.calls import call_end
+from approvals.services.calls import call_end, call_lock
 from approvals.services.notifications import notifications_enqueue
 from config.runtime.sqlite_writers import write_transaction
 
@@ -37,7 +35,7 @@ def _end(call: Call, status: Call.Status, comment: str, now: datetime, agent: Ag
 @write_transaction()
 def call_cancel(*, agent: Agent, call_id: uuid.UUID, now: datetime | None = None) -> Call | None:
     """The agent withdraws its pending call. None when it has no such call."""
-    call = call_read_locked(call_id)
+    call = call_lock(call_id=call_id)
     if call is None or call.agent_id != agent.pk:
         return None
     now = now or timezone.now()
@@ -83,7 +81,7 @@ def call_extend(*, call_id: uuid.UUID, user: User, now: datetime | None = None) 
 
     The caller has checked that ``user`` may decide the call.
     """
-    call = call_read_locked(call_id)
+    call = call_lock(call_id=call_id)
     if call is None:
         raise Call.DoesNotExist
     now = now or timezone.now()
@@ -97,7 +95,7 @@ def call_extend(*, call_id: uuid.UUID, user: User, now: datetime | None = None) 
     call.expires_at += timedelta(seconds=hold_seconds(gates=call.gates))
     call.extended = True
     call.updated_at = now
-    sql.update(call, "expires_at", "extended", "updated_at")
+    call.save(update_fields=["expires_at", "extended", "updated_at"])
     audit_record(action=AuditEntry.Action.CALL_EXTENDED, obj=call, user=user, at=now)
     notify_call(call)
     return call

@@ -15,7 +15,7 @@ import json
 import random
 import secrets
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
@@ -26,6 +26,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from approvals import metrics
@@ -33,23 +34,15 @@ from approvals.models import (
     Approval,
     AuditEntry,
     Call,
+    DeliveryAttempt,
     Gate,
     Notification,
     NotificationChannel,
 )
-from approvals.queries import sql
-from approvals.queries.calls import call_read_locked
-from approvals.queries.notifications import (
-    AttemptEnd,
-    RunMessage,
-    notification_attempts_end,
-    notification_leases_end,
-    notifications_add,
-)
-from approvals.queries.policy_stamps import policy_stamp_read
 from approvals.selectors.calls import call_state
 from approvals.senders.webhook import secret_valid
 from approvals.services.audit import audit_record
+from approvals.services.statements import policy_stamp_read
 from config.runtime.sqlite_writers import write_transaction
 
 if TYPE_CHECKING:
@@ -175,12 +168,19 @@ def notifications_enqueue(
     chosen = [route for route in routes if route.takes(event, gates)]
     if not chosen:
         return 0
-    notifications_add(
-        channel_ids=[route.id for route in chosen],
-        call_id=call.pk,
-        event=event,
-        payload=notification_payload(call=call, event=event, now=now, approvals=approvals),
-        now=now,
+    payload = notification_payload(call=call, event=event, now=now, approvals=approvals)
+    Notification.objects.bulk_create(
+        [
+            Notification(
+                channel_id=route.id,
+                call=call,
+                event=event,
+                payload=payload,
+                created_at=now,
+                next_attempt_at=now,
+            )
+            for route in chosen
+        ]
     )
     from approvals.delivery import delivery_wake
 
@@ -217,7 +217,7 @@ def calls_expiring_notify(*, now: datetime | None = None) -> int:
     noticed = 0
     for call_id in due:
         with write_transaction():
-            call = call_read_locked(call_id)
+            call = Call.objects.select_for_update().filter(pk=call_id).first()
             if (
                 call is None
                 or call.status != Call.Status.PENDING
@@ -227,13 +227,74 @@ def calls_expiring_notify(*, now: datetime | None = None) -> int:
             ):
                 continue
             call.expiring_noticed_for = call.expires_at
-            sql.update(call, "expiring_noticed_for")
+            call.save(update_fields=["expiring_noticed_for"])
             notifications_enqueue(call=call, event=Event.EXPIRING, now=now)
             noticed += 1
     return noticed
 
 
-# --- Delivery: what an attempt came to -------------------------------------------------------
+# --- Delivery: claims, and what an attempt came to ------------------------------------------
+
+PENDING = Notification.Status.PENDING
+# What an attempt changes of its message.
+ATTEMPT_ENDS = ("status", "attempts", "next_attempt_at", "lease_until", "delivered_at")
+
+
+def _due(now: datetime) -> Q:
+    """Pending, its next attempt due, and under no unexpired lease: a loop killed while
+    sending leaves its messages to be taken over once their lease expires."""
+    return Q(status=PENDING, next_attempt_at__lte=now) & (
+        Q(lease_until__isnull=True) | Q(lease_until__lt=now)
+    )
+
+
+def notifications_due_any(*, now: datetime) -> bool:
+    """Whether any message may be due now: the idle loop's cheap look, taking no lock."""
+    return Notification.objects.filter(_due(now)).exists()
+
+
+def notifications_claim(
+    *,
+    now: datetime,
+    lease_until: datetime,
+    channels: int,
+    run: int,
+    busy: Collection[int] = (),
+) -> list[tuple[int, list[uuid.UUID]]]:
+    """Lease the due messages of up to ``channels`` channels, none of them ``busy``, up to
+    ``run`` of each: each channel with its messages' ids, the longest due first. A message
+    waits while an earlier one of its channel and call is pending. Run it in a write
+    transaction."""
+    earlier_pending = Notification.objects.filter(
+        Q(created_at__lt=OuterRef("created_at"))
+        | Q(created_at=OuterRef("created_at"), pk__lt=OuterRef("pk")),
+        channel=OuterRef("channel"),
+        call=OuterRef("call"),
+        status=PENDING,
+    )
+    due = Notification.objects.filter(_due(now), ~Exists(earlier_pending))
+    if busy:
+        due = due.exclude(channel__in=busy)
+    # On PostgreSQL concurrent loops pass each other's rows by; on SQLite the write
+    # transaction keeps them apart, and select_for_update does nothing.
+    rows = (
+        due.select_for_update(skip_locked=True, of=("self",))
+        .order_by("next_attempt_at")
+        .values_list("pk", "channel_id")[: channels * run]
+    )
+    taken: dict[int, list[uuid.UUID]] = {}
+    for pk, channel_id in rows:
+        ids = taken.get(channel_id)
+        if ids is None:
+            if len(taken) >= channels:
+                continue  # a later row may still add to a channel already taken
+            ids = taken[channel_id] = []
+        if len(ids) < run:
+            ids.append(pk)
+    leased = [pk for ids in taken.values() for pk in ids]
+    if leased:
+        Notification.objects.filter(pk__in=leased).update(lease_until=lease_until)
+    return list(taken.items())
 
 
 def retry_delay(attempts: int, *, rng: random.Random | None = None) -> timedelta:
@@ -254,7 +315,7 @@ class Attempt(NamedTuple):
     """One attempt at one message, begun at ``at`` and over at ``ended`` (its duration
     after ``at``)."""
 
-    notification: RunMessage
+    notification: Notification
     outcome: AttemptOutcome
     at: datetime
     ended: datetime
@@ -267,45 +328,52 @@ def notification_attempts_record(
     delivered, tried again later, or failed for good once ``COUNTERSIGN_NOTIFY_RETRY_HOURS``
     have passed since it was written; the claimed messages ``unattempted`` are let go, due
     again at once. Returns each attempted message's status."""
-    ends = []
+    messages, kept = [], []
     for attempt in attempts:
-        notification, outcome = attempt.notification, attempt.outcome
-        next_at: datetime | None = None  # a delivered message's stays as it was
+        message, outcome = attempt.notification, attempt.outcome
+        message.attempts += 1
+        message.lease_until = None
         if outcome.ok:
-            status = Notification.Status.DELIVERED
+            message.status = Notification.Status.DELIVERED
+            message.delivered_at = attempt.ended
         else:
-            next_at = attempt.ended + retry_delay(notification.attempts + 1)
-            give_up = notification.created_at + timedelta(
-                hours=settings.COUNTERSIGN_NOTIFY_RETRY_HOURS
-            )
-            status = (
-                Notification.Status.FAILED if next_at > give_up else Notification.Status.PENDING
-            )
-        ends.append(
-            AttemptEnd(
-                notification_id=notification.id,
+            message.next_attempt_at = attempt.ended + retry_delay(message.attempts)
+            give_up = message.created_at + timedelta(hours=settings.COUNTERSIGN_NOTIFY_RETRY_HOURS)
+            failed = message.next_attempt_at > give_up
+            message.status = Notification.Status.FAILED if failed else PENDING
+        messages.append(message)
+        kept.append(
+            DeliveryAttempt(
+                notification=message,
                 at=attempt.at,
                 duration_ms=outcome.duration_ms,
                 ok=outcome.ok,
                 status_code=outcome.status_code,
                 error=outcome.error[:500],
-                status=status,
-                attempts=notification.attempts + 1,
-                next_attempt_at=next_at,
-                delivered_at=attempt.ended if outcome.ok else None,
             )
         )
     with write_transaction():
-        notification_attempts_end(ends=ends)
+        DeliveryAttempt.objects.bulk_create(kept)
+        # A message ends only while still pending (another loop or an admin may have ended
+        # it first), locked until the update, in one order so that two records never
+        # deadlock. Named by id alone: given the status too, SQLite may search the status
+        # index instead, among every pending message.
+        locked = (
+            Notification.objects.select_for_update()
+            .filter(pk__in=[message.pk for message in messages])
+            .order_by("pk")
+        )
+        pending = {pk for pk, status in locked.values_list("pk", "status") if status == PENDING}
+        Notification.objects.bulk_update([m for m in messages if m.pk in pending], ATTEMPT_ENDS)
         if unattempted:
-            notification_leases_end(unattempted)
-    delivered = sum(end.ok for end in ends)
+            Notification.objects.filter(pk__in=unattempted).update(lease_until=None)
+    delivered = sum(attempt.outcome.ok for attempt in attempts)
     metrics.notifications_attempted(
         delivered=delivered,
-        failed=len(ends) - delivered,
-        failed_for_good=sum(end.status == Notification.Status.FAILED for end in ends),
+        failed=len(attempts) - delivered,
+        failed_for_good=sum(m.status == Notification.Status.FAILED for m in messages),
     )
-    return [end.status for end in ends]
+    return [message.status for message in messages]
 
 
 def notification_retry(*, notification: Notification, user: User | None) -> Notification:

@@ -1,9 +1,10 @@
 """Nothing changes an audit entry: the database refuses UPDATE and DELETE on the audit table
-(triggers, approvals/queries/audit_entries.py) whatever sends them, and the people and agents
+(triggers, migration 0009_audit_guard) whatever sends them, and the people and agents
 entries name cannot be deleted (PROTECT; admin says to deactivate instead)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -18,12 +19,11 @@ from django.test import Client
 
 from approvals.admin import USER_KEPT, USERS_KEPT
 from approvals.models import AUDIT_NOT_CHANGED, AUDIT_NOT_DELETED, Agent, AuditEntry
-from approvals.queries import sql
-from approvals.queries.audit_entries import TRIGGERS, guard_create, guard_drop
 from approvals.services.audit import audit_record
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = sql.table(AuditEntry)
+TABLE = f'"{AuditEntry._meta.db_table}"'
+GUARD = importlib.import_module("approvals.migrations.0009_audit_guard")
 
 
 @pytest.fixture
@@ -53,8 +53,10 @@ def test_the_guard_is_installed_on_the_migrated_database(db: None) -> None:
         query = "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = %s"
     else:
         query = "SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass"
-    found = {name for (name,) in sql.rows(query, [AuditEntry._meta.db_table])}
-    assert set(TRIGGERS[connection.vendor]) <= found
+    with connection.cursor() as cursor:
+        cursor.execute(query, [AuditEntry._meta.db_table])
+        found = {name for (name,) in cursor.fetchall()}
+    assert set(GUARD.TRIGGERS[connection.vendor]) <= found
 
 
 def test_the_database_refuses_a_raw_update_and_a_raw_delete(entry: AuditEntry) -> None:
@@ -106,9 +108,9 @@ def test_the_entry_keeps_the_username_it_was_written_with(entry: AuditEntry) -> 
 def test_dropping_the_guard_is_the_only_way_past_it(entry: AuditEntry) -> None:
     """What migration 0009's reverse does; created again, it refuses again."""
     with transaction.atomic():
-        guard_drop(connection)
+        GUARD.guard_drop(connection)
         _raw(f'UPDATE {TABLE} SET "after" = %s WHERE "id" = %s', ["changed", entry.pk])
-        guard_create(connection)
+        GUARD.guard_create(connection)
         with pytest.raises(IntegrityError, match=AUDIT_NOT_CHANGED):
             _raw(f'UPDATE {TABLE} SET "after" = %s WHERE "id" = %s', ["again", entry.pk])
         transaction.set_rollback(True)
@@ -179,8 +181,8 @@ def test_migrating_fills_in_usernames_and_back_removes_the_guard() -> None:
 
 def test_manage_py_flush_is_refused_on_sqlite(tmp_path: Path) -> None:
     """A production ``flush`` on SQLite deletes row by row: the guard refuses it and nothing
-    is deleted (on PostgreSQL it is a TRUNCATE, which the guard lets through: see
-    approvals/queries/audit_entries.py)."""
+    is deleted (on PostgreSQL it is a TRUNCATE, which the guard lets through: see migration
+    0009_audit_guard)."""
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{tmp_path}/flush.sqlite3",

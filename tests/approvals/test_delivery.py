@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals import delivery
@@ -30,9 +32,14 @@ from approvals.delivery import (
     notifications_send,
 )
 from approvals.models import Call, DeliveryAttempt, Notification
-from approvals.queries.notifications import notifications_claim
 from approvals.services.decisions import call_decide
-from approvals.services.notifications import LONGEST_RETRY_SECONDS
+from approvals.services.notifications import (
+    LONGEST_RETRY_SECONDS,
+    Attempt,
+    AttemptOutcome,
+    notification_attempts_record,
+    notifications_claim,
+)
 from tests.factories import user_make
 from tests.live import ROOT, free_port
 from tests.live import _database_url as live_database_url
@@ -408,6 +415,118 @@ def test_a_run_stops_at_its_first_failure_and_lets_the_rest_go() -> None:
         got = receiver.wait_for(3)
     assert {event_and_call(g)[1] for g in got[1:]} == {str(call.pk) for call in others}
     assert Notification.objects.get(call=first).next_attempt_at > timezone.now()
+
+
+def test_a_run_is_sent_in_its_order_passing_over_messages_no_longer_pending() -> None:
+    with http_receiver() as receiver:
+        webhook_channel(receiver.url)
+        agent = holding_agent()
+        for _ in range(3):
+            held(agent)
+        [(_, [first, second, third])] = notifications_claim_due(channels=1)
+        Notification.objects.filter(pk=second).update(status=Notification.Status.DELIVERED)
+        assert notifications_send([third, second, first, uuid.uuid4()]) == 2
+        got = receiver.wait_for(2)
+    assert [g.headers["webhook-id"] for g in got] == [f"msg_{third.hex}", f"msg_{first.hex}"]
+    assert Notification.objects.get(pk=second).attempts == 0
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="reads SQLite's query plan")
+def test_a_runs_messages_are_looked_up_by_id_not_among_every_pending_message() -> None:
+    """A run's read, its record and its letting go find its messages by their ids: through
+    the status index they would be searched for among every pending message, a backlog's
+    thousands (SQLite takes that index for three ids or more)."""
+    with http_receiver() as receiver:
+        receiver.answer = lambda _: (204, {}) if len(receiver.requests) <= 3 else (503, {})
+        webhook_channel(receiver.url)
+        agent = holding_agent()
+        for _ in range(8):
+            held(agent)
+        [(_, ids)] = notifications_claim_due(channels=1)
+        with CaptureQueriesContext(connection) as captured:
+            assert notifications_send(ids) == 4  # three delivered, one failed, four let go
+    statements = [
+        query["sql"]
+        for query in captured
+        if query["sql"].startswith(("SELECT", "UPDATE"))
+        and "approvals_notification" in query["sql"]
+    ]
+    assert len(statements) == 4  # the run, its lock, its end, its letting go
+    for statement in statements:
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN QUERY PLAN " + statement)
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+        assert "sqlite_autoindex_approvals_notification_1 (id=?)" in plan
+        assert "notification_due" not in plan
+
+
+def test_an_attempt_ends_its_message_only_while_it_is_pending() -> None:
+    """Another loop or an admin may have ended a message while it was sent: it stays as they
+    left it, and the attempt is kept all the same."""
+    webhook_channel("https://hooks.example.test/countersign")
+    agent = holding_agent()
+    for _ in range(3):
+        held(agent)
+    delivered, retried, taken_by_another = Notification.objects.order_by("created_at")
+    Notification.objects.filter(pk=taken_by_another.pk).update(status=Notification.Status.DELIVERED)
+    Notification.objects.update(lease_until=timezone.now() + LEASE)
+    now = timezone.now()
+    ended = now + timedelta(milliseconds=12)
+    ok, failed = AttemptOutcome(True, 204, "", 12), AttemptOutcome(False, 503, "HTTP 503", 12)
+    statuses = notification_attempts_record(
+        attempts=[
+            Attempt(delivered, ok, now, ended),
+            Attempt(retried, failed, now, ended),
+            Attempt(taken_by_another, failed, now, ended),
+        ]
+    )
+    assert statuses == ["delivered", "pending", "pending"]
+    delivered.refresh_from_db()
+    assert (delivered.status, delivered.attempts, delivered.delivered_at) == (
+        Notification.Status.DELIVERED,
+        1,
+        ended,
+    )
+    assert delivered.next_attempt_at == delivered.created_at  # as it was
+    assert delivered.lease_until is None
+    retried.refresh_from_db()
+    assert (retried.status, retried.attempts, retried.lease_until) == ("pending", 1, None)
+    assert retried.next_attempt_at > ended
+    assert retried.delivered_at is None
+    taken_by_another.refresh_from_db()
+    assert (taken_by_another.status, taken_by_another.attempts) == ("delivered", 0)
+    attempts = {attempt.notification_id: attempt for attempt in DeliveryAttempt.objects.all()}
+    assert len(attempts) == 3
+    assert (attempts[delivered.pk].ok, attempts[delivered.pk].status_code) == (True, 204)
+    assert (attempts[retried.pk].error, attempts[retried.pk].at) == ("HTTP 503", now)
+    assert attempts[retried.pk].duration_ms == 12
+
+
+def test_a_claims_order_check_reads_only_the_calls_messages_of_the_channel() -> None:
+    """The check that an earlier message of the same channel and call is not pending is a
+    search of ``notification_call_channel`` by both, not of every pending message or every
+    message of the channel (a backlog would make each claim read it whole, once a message)."""
+    statements: list[tuple[str, Any]] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith("SELECT"):
+            statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    now = timezone.now()
+    with connection.execute_wrapper(keep), transaction.atomic():
+        notifications_claim(now=now, lease_until=now + LEASE, channels=2, run=4)
+    [(claim, params)] = statements
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("EXPLAIN QUERY PLAN " + claim, params)
+            plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+            assert "USING INDEX notification_call_channel (call_id=? AND channel_id=?)" in plan
+        else:
+            cursor.execute("SET LOCAL enable_seqscan = off")  # as on a table of many rows
+            cursor.execute("EXPLAIN " + claim.partition(" FOR UPDATE")[0], params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "Index Scan using notification_call_channel on approvals_notification u0" in plan
 
 
 def test_metrics_count_attempts_and_show_the_pending(settings: Any) -> None:

@@ -16,10 +16,9 @@ from hypothesis import strategies as st
 
 import capcore
 from approvals.models import Call, Ledger, LedgerEntry, LedgerHour
-from approvals.queries.ledger_hours import NO_SUCH_HOUR, ledger_hour_take
 from approvals.selectors.ledgers import ledger_spent
 from approvals.services.calls import ledger_record
-from approvals.services.ledgers import ledger_entry_void
+from approvals.services.ledgers import NO_SUCH_HOUR, ledger_entry_void, ledger_hour_take
 from capcore.caps import in_window
 from tests.factories import agent_make, call_make
 
@@ -124,7 +123,7 @@ def test_a_calendar_window_reads_no_entry_and_a_rolling_one_only_its_first_hour(
     assert LedgerEntry._meta.db_table not in day_sql
     # The entries read: those from the window's start to the next whole hour, no more.
     assert rolling_sql.count(LedgerEntry._meta.db_table) == 1
-    assert '"recorded_at" <' in rolling_sql
+    assert "recorded_at <" in rolling_sql
 
 
 def test_taking_more_than_an_hour_holds_or_from_an_hour_without_a_total_is_refused(

@@ -40,8 +40,9 @@ HISTORY_PARTIAL_QUERIES = 7
 AGENT_FILTER_QUERIES = 1  # the chosen agent is looked up
 CALL_QUERIES = 14  # with approvals (their users) and sum rules (ledgers, then their totals)
 QUEUE_PUSH_QUERIES = 9
-# Before each push, once per session: the session, the person, their permissions, its expiry.
-SESSION_CHECK_QUERIES = 4
+# Before each push, once per session: the session, the person, their own and their groups'
+# permissions, its expiry.
+SESSION_CHECK_QUERIES = 5
 CALL_PUSH_QUERIES = 14
 
 FEW, MANY = 6, 40

@@ -62,7 +62,7 @@ def test_a_held_submission_reads_no_approvals_and_its_gates_timeouts_once(
     agent: Agent,
 ) -> None:
     """A new call has no approvals to read for its push; its gates' timeouts are one
-    written-out statement."""
+    statement."""
     gate_make(name="finance", timeout_seconds=600)
     with CaptureQueriesContext(connection) as captured:
         held(agent, "500.00")

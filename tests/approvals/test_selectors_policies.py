@@ -20,9 +20,9 @@ from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Agent, Budget, CapRule, PermissionRule, PolicyStamp, ToolClass
-from approvals.queries.policy_stamps import policy_stamp_read
 from approvals.selectors.policies import policy_for_agent
 from approvals.services.rules import budget_save, cap_rule_save
+from approvals.services.statements import policy_stamp_read
 from tests.factories import agent_make, call_make, payment, rule_make
 
 pytestmark = pytest.mark.django_db(transaction=True)

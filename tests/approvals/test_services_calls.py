@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -20,7 +22,6 @@ from approvals.models import (
     LedgerHour,
     RunCounter,
 )
-from approvals.queries import ledgers
 from approvals.services.calls import (
     LEDGER_VANISHED,
     IdempotencyConflict,
@@ -68,25 +69,29 @@ def test_call_over_the_sum_is_held_and_records_nothing(agent: Agent) -> None:
 
 
 def test_a_ledger_deleted_while_it_is_locked_refuses_the_call_and_stores_nothing(
-    agent: Agent, monkeypatch: pytest.MonkeyPatch
+    agent: Agent,
 ) -> None:
     """Its total would otherwise count as nothing spent."""
     cap_rule_save(line=DAILY)
     submit(agent, "250.00")  # the ledger exists now
-    create = ledgers.ledgers_create
+    creating = re.compile(r'INSERT .*INTO "approvals_ledger" \(')
 
-    def deleted_after_creating(identities: list[tuple[str, str, str]]) -> None:
-        create(identities)
-        # Deleted between the insert-if-missing and the lock.
-        LedgerEntry.objects.all().delete()
-        LedgerHour.objects.all().delete()
-        Ledger.objects.all().delete()
+    def deleted_after_creating(execute: Any, sql: str, *args: Any) -> Any:
+        result = execute(sql, *args)
+        if creating.match(sql):
+            # Deleted between the insert-if-missing and the lock.
+            LedgerEntry.objects.all().delete()
+            LedgerHour.objects.all().delete()
+            Ledger.objects.all().delete()
+        return result
 
-    # services.calls imported it by name: patch it there.
-    monkeypatch.setattr("approvals.services.calls.ledgers_create", deleted_after_creating)
-    with pytest.raises(Ledger.DoesNotExist, match=LEDGER_VANISHED):
+    with (
+        connection.execute_wrapper(deleted_after_creating),
+        pytest.raises(Ledger.DoesNotExist, match=LEDGER_VANISHED),
+    ):
         submit(agent, "250.00")
     assert Call.objects.count() == 1
+    assert Ledger.objects.count() == 1  # the deletion rolled back with the call
 
 
 def test_not_strict_arguments_are_refused_and_stored(agent: Agent) -> None:

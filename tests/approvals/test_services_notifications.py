@@ -73,6 +73,20 @@ def test_a_hold_writes_a_message_for_each_channel_that_takes_it(settings: Any) -
     assert {row.status for row in rows} == {Notification.Status.PENDING}
 
 
+def test_a_message_is_written_pending_due_at_once_and_untried() -> None:
+    agent = holding_agent()
+    first, second = webhook_channel(HOOK), webhook_channel(HOOK + "&second")
+    call = held(agent)
+    rows = list(Notification.objects.filter(call=call).order_by("channel_id"))
+    assert [row.channel_id for row in rows] == [first.pk, second.pk]
+    assert rows[0].pk != rows[1].pk
+    assert rows[0].payload == rows[1].payload
+    for row in rows:
+        assert (row.event, row.status) == (Event.HELD, Notification.Status.PENDING)
+        assert row.next_attempt_at == row.created_at
+        assert (row.attempts, row.lease_until, row.delivered_at) == (0, None, None)
+
+
 def test_a_rolled_back_change_writes_no_message() -> None:
     agent = holding_agent()
     webhook_channel(HOOK)

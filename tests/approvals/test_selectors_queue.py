@@ -1,5 +1,4 @@
-"""approvals/queries/queue.py: the queue's counts and rows as one person sees them, read
-with written-out SQL on either database."""
+"""selectors/queue.py's read: the queue's counts and rows as one person sees them."""
 
 from __future__ import annotations
 
@@ -11,8 +10,8 @@ from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
 from approvals.models import Agent, Approval, Call
-from approvals.queries.queue import QueueCall, QueueRead, queue_read
 from approvals.selectors.deciders import decidable_call_ids, decidable_filter, gates_for_user
+from approvals.selectors.queue import QueueCall, QueueRead, queue_read
 from approvals.services.decisions import call_decide
 from tests.factories import agent_make, call_make, gate_make, payment, rule_make, user_make
 
