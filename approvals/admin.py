@@ -853,7 +853,7 @@ USERS_KEPT = (
 
 
 class AuditedUserAdmin(_AccessAuditedAdmin, UserAdmin):  # type: ignore[type-arg]
-    """Also audited, with who did it, by the signals of ``approvals/receivers.py``: the
+    """Also audited, with who did it, by the signals of ``approvals/accounts/receivers.py``: the
     admin's password form, and every change of the fields. A person with audit entries is
     kept (the entries protect their actor): deleting one is refused with ``USER_KEPT``."""
 
@@ -897,7 +897,7 @@ admin.site.register(Group, AuditedGroupAdmin)
 
 class LoginAttemptAdmin(AccessAttemptAdmin):
     """django-axes' failed logins, one row per username and client address: deleting a row
-    lifts its lockout (approvals/logins.py), audited with who did it."""
+    lifts its lockout (approvals/accounts/lockouts.py), audited with who did it."""
 
     def delete_model(self, request: HttpRequest, obj: AccessAttempt) -> None:
         login_attempts_unlock(attempts=[obj], by=_user(request))

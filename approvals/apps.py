@@ -8,11 +8,8 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from approvals import (
-            checks,  # noqa: F401 (registers the checks)
-            logins,
-            receivers,
-        )
+        from approvals.accounts import lockouts, receivers
+        from approvals.ops import checks  # noqa: F401 (registers the checks)
 
         receivers.connect()  # people and groups are audited however they change
-        logins.connect()  # a login lockout is audited as it begins
+        lockouts.connect()  # a login lockout is audited as it begins

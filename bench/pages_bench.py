@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
     from approvals.models import Agent, Approval, AuditEntry, Call, LedgerEntry
-    from approvals.selectors.history import HistoryFilters
+    from approvals.web.history_page import HistoryFilters
 
     # A call and what the services write along with it.
     Rows = tuple[Call, list[Approval], list[LedgerEntry], list[AuditEntry]]
@@ -285,8 +285,8 @@ def _plans(pages: dict[str, tuple[HistoryFilters, int]]) -> dict[str, list[str]]
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from approvals.selectors.history import history_calls
-    from approvals.views import HISTORY_PAGE_SIZE
+    from approvals.web.history_page import history_calls
+    from approvals.web.views import HISTORY_PAGE_SIZE
 
     explain = "EXPLAIN" if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN"
     plans: dict[str, list[str]] = {}
@@ -347,8 +347,8 @@ def main() -> None:
         from django.db import connections
 
         from approvals.models import Agent
-        from approvals.selectors.history import HistoryFilters
-        from approvals.views import HISTORY_PAGE_SIZE
+        from approvals.web.history_page import HistoryFilters
+        from approvals.web.views import HISTORY_PAGE_SIZE
 
         began = time.perf_counter()
         filled = _fill(options.decided, options.pending)

@@ -25,10 +25,10 @@ django_http = (
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from approvals.api.longpoll import WAIT_PATH, wait_app  # noqa: E402
+from approvals.api.middleware import body_too_large, body_too_slow  # noqa: E402
 from approvals.delivery import ensure_delivery_started  # noqa: E402
-from approvals.longpoll import WAIT_PATH, wait_app  # noqa: E402
-from approvals.middleware import body_too_large, body_too_slow  # noqa: E402
-from approvals.routing import websocket_urlpatterns  # noqa: E402
+from approvals.realtime.routing import websocket_urlpatterns  # noqa: E402
 from config.runtime.asgi_types import Message, Receive, Scope, Send  # noqa: E402
 from config.runtime.body_limit import BodyLimit  # noqa: E402
 from config.runtime.raw_routes import RawRoutes  # noqa: E402

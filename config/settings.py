@@ -51,27 +51,27 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "approvals.csp.content_security_policy",
+    "approvals.web.csp.content_security_policy",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "approvals.actor.acting_request",  # who acted, for the entries written from signals
+    "approvals.accounts.actor.acting_request",  # who acted, for the entries written from signals
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "approvals.middleware.api_errors_as_json",
+    "approvals.api.middleware.api_errors_as_json",
     # A query string no page can use is a 400 page, never a 500 or a traceback page.
-    "approvals.querystring.QueryStringCheck",
+    "approvals.web.querystring.QueryStringCheck",
     # Last, as axes asks: turns a locked-out login's response into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
 
 # First the login throttle, which refuses a locked-out username and address before any
-# password is checked (approvals/auth.py); then Django's own.
+# password is checked (approvals/accounts/throttle.py); then Django's own.
 AUTHENTICATION_BACKENDS = [
-    "approvals.auth.LoginThrottle",
+    "approvals.accounts.throttle.LoginThrottle",
     "django.contrib.auth.backends.ModelBackend",
 ]
 
@@ -172,8 +172,8 @@ SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
 # --- Logins ---------------------------------------------------------------------------------
-# django-axes (approvals/logins.py): this many failed logins for one username from one client
-# address, each within the lockout of the one before, lock that pair out for the lockout's
+# django-axes (approvals/accounts/lockouts.py): this many failed logins for one username from one
+# client address, each within the lockout of the one before, lock that pair out for the lockout's
 # minutes from the last counted failure; attempts while locked out are refused unchecked and
 # do not extend it. Admin lifts a lockout by deleting its access attempt.
 COUNTERSIGN_LOGIN_FAILURES = env_int("COUNTERSIGN_LOGIN_FAILURES", 5, minimum=1, maximum=1000)
@@ -185,7 +185,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=COUNTERSIGN_LOGIN_LOCKOUT_MINUTES)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "approvals.logins.lockout_response"
+AXES_LOCKOUT_CALLABLE = "approvals.accounts.lockouts.lockout_response"
 # The client's address is REMOTE_ADDR: the peer's, or the one a trusted proxy names
 # (COUNTERSIGN_FORWARDED_ALLOW_IPS, applied by the server). Never a header anyone can send
 # (as django-ipware would read, if installed), or a guesser would pick a new address each time.
@@ -234,7 +234,7 @@ COUNTERSIGN_REQUEST_THREADS = env_int(
 # (config/runtime/pooled_handler.py): a login hashes its password (PBKDF2, about a third of a
 # second of CPU), and a dozen clients failing to log in must not keep agents waiting; health
 # checks and scrapes answer while every request thread is busy. Each entry: a pool's name, its
-# threads, its paths (the login views of config/urls.py and approvals/ops.py's routes), and
+# threads, its paths (the login views of config/urls.py and approvals/ops/views.py's routes), and
 # its threads' nice value: with the cores all busy, hashing yields them to agents' requests
 # (agents' p99 with 12 guessers, nice 10 against 0: 17-20 ms against 23-30 ms).
 COUNTERSIGN_LOGIN_THREADS = env_int("COUNTERSIGN_LOGIN_THREADS", 1, minimum=1, maximum=4)
@@ -268,7 +268,7 @@ COUNTERSIGN_WEBHOOK_PROXIES = outbound_proxies()
 # else Django's own EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,
 # EMAIL_USE_SSL, EMAIL_BACKEND. With none, mail is printed to the console under DEBUG (make
 # run), and otherwise handed to localhost:25, with a system check's warning where an email
-# channel exists (approvals/checks.py).
+# channel exists (approvals/ops/checks.py).
 _email = email_settings(debug=DEBUG)
 EMAIL_BACKEND = _email.backend
 EMAIL_HOST = _email.host

@@ -8,9 +8,9 @@ from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
-from approvals import ops
-from approvals.api import api, api_not_found
-from approvals.manifest import web_manifest
+from approvals.api.routes import api, api_not_found
+from approvals.ops import views as ops_views
+from approvals.web.manifest import web_manifest
 from config import bench
 
 
@@ -24,12 +24,12 @@ def favicon_redirect(request: HttpRequest) -> HttpResponseRedirect:
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
     path("favicon.ico", favicon_redirect),
-    # The web app manifest: the queue on a phone's home screen (approvals/manifest.py).
+    # The web app manifest: the queue on a phone's home screen (approvals/web/manifest.py).
     path("manifest.webmanifest", web_manifest, name="web-manifest"),
     # For load balancers and Prometheus, on a thread of their own (COUNTERSIGN_PATH_POOLS).
-    path("healthz", ops.healthz, name="healthz"),
-    path("readyz", ops.readyz, name="readyz"),
-    path("metrics", ops.metrics, name="metrics"),
+    path("healthz", ops_views.healthz, name="healthz"),
+    path("readyz", ops_views.readyz, name="readyz"),
+    path("metrics", ops_views.metrics, name="metrics"),
     # After logging in: the queue (Django's default, /accounts/profile/, is no page here).
     path(
         "accounts/login/",
@@ -37,7 +37,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="login",
     ),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("", include("approvals.urls")),
+    path("", include("approvals.web.urls")),
     # Under /api/ every unknown path is a JSON 404; ninja's own root view, which answers an
     # HTML one, is kept (ninja reverses it by name) but never reached.
     path("api/v1/", csrf_exempt(api_not_found)),

@@ -13,8 +13,8 @@ from django.conf import settings as django_settings
 from django.core.management.commands import flush
 from django.db import connections
 
-from approvals.presence import PREFIX as PRESENCE_PREFIX
-from approvals.ratelimit import RATE_KEY_PREFIX
+from approvals.api.ratelimit import RATE_KEY_PREFIX
+from approvals.realtime.presence import PREFIX as PRESENCE_PREFIX
 from config.runtime.push_loop import push_loop
 
 

@@ -1,4 +1,4 @@
-"""The queue as a browser shows it after a series of pushes (approvals.queue_push)."""
+"""The queue as a browser shows it after a series of pushes (approvals.realtime.queue_updates)."""
 
 from __future__ import annotations
 

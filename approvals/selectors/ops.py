@@ -1,5 +1,5 @@
-"""What the load balancer's checks and the metrics scrape read (approvals/ops.py,
-approvals/metrics.py)."""
+"""What the load balancer's checks and the metrics scrape read (approvals/ops/views.py,
+approvals/ops/metrics.py)."""
 
 from __future__ import annotations
 

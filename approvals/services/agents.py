@@ -3,7 +3,7 @@ as its SHA-256 digest and its first characters.
 
 Every write that ends an agent's access — a token revoked, the agent disabled or deleted —
 also closes, after commit, the sockets and long-polls that authenticated with it
-(``notify.agent_sockets_close``): the admin and the commands write through here only.
+(``pushes.agent_sockets_close``): the admin and the commands write through here only.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import notify
 from approvals.models import Agent, AgentToken, AuditEntry
+from approvals.realtime import pushes
 from approvals.services.audit import audit_record, audit_snapshot
 
 TOKEN_PREFIX = "cs_"  # noqa: S105 (a marker, not a secret)
@@ -143,7 +143,7 @@ def agent_token_revoke(*, token_row: AgentToken, by_user: User | None = None) ->
             after="revoked",
             at=now,
         )
-        notify.agent_sockets_close(token_ids=[token_row.pk], code=notify.CLOSE_TOKEN_REVOKED)
+        pushes.agent_sockets_close(token_ids=[token_row.pk], code=pushes.CLOSE_TOKEN_REVOKED)
     return token_row
 
 
@@ -174,7 +174,7 @@ def agent_save(*, agent: Agent) -> Agent:
     )
     agent.save()
     if was_active and not agent.active:
-        notify.agent_sockets_close(agent_id=agent.pk, code=notify.CLOSE_AGENT_DISABLED)
+        pushes.agent_sockets_close(agent_id=agent.pk, code=pushes.CLOSE_AGENT_DISABLED)
     return agent
 
 
@@ -184,4 +184,4 @@ def agent_delete(*, agent: Agent) -> None:
     close with ``4401``, as the tokens no longer exist."""
     agent_id = agent.pk
     agent.delete()
-    notify.agent_sockets_close(agent_id=agent_id, code=notify.CLOSE_TOKEN_REVOKED)
+    pushes.agent_sockets_close(agent_id=agent_id, code=pushes.CLOSE_TOKEN_REVOKED)

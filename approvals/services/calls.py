@@ -14,7 +14,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 import capcore
-from approvals import metrics
+from approvals.api.submissions import Submission
 from approvals.models import (
     Agent,
     AuditEntry,
@@ -25,7 +25,8 @@ from approvals.models import (
     RunCost,
     RunCounter,
 )
-from approvals.notify import notify_call
+from approvals.ops import metrics
+from approvals.realtime.pushes import notify_call
 from approvals.selectors.gates import hold_seconds
 from approvals.selectors.ledgers import ledger_identity, ledgers_by_identity, ledgers_spent
 from approvals.selectors.policies import AgentPolicy, policy_at_stamp, policy_for_agent
@@ -37,7 +38,6 @@ from approvals.services.statements import (
     run_cost_add,
     run_counter_count,
 )
-from approvals.services.submissions import Submission
 from config.runtime.sqlite_writers import write_transaction
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 import capcore
 from approvals.models import Approval, AuditEntry, Call, Ledger, PermissionRule
-from approvals.notify import notify_call, pushes_together
+from approvals.realtime.pushes import notify_call, pushes_together
 from approvals.selectors.calls import call_findings
 from approvals.selectors.deciders import decidable_call_ids, required_approvals
 from approvals.selectors.gates import gates_required_approvals

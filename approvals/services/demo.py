@@ -79,7 +79,8 @@ def _admin() -> None:
     """The demo admin: staff with every permission of the approvals app but deciding, so
     they edit rules, gates, agents, tokens, budgets, tool classes and permission rules and
     read calls, ledgers and the audit log, while the approvers decide (docs/ui.md); and they
-    read the failed logins and lift lockouts (axes' access attempts, approvals/logins.py)."""
+    read the failed logins and lift lockouts (axes' access attempts,
+    approvals/accounts/lockouts.py)."""
     user, created = User.objects.get_or_create(username=DEMO_ADMIN)
     if created:
         user.set_password(DEMO_PASSWORD)

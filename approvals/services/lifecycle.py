@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals import metrics
 from approvals.models import Agent, AuditEntry, Call, NotificationChannel
-from approvals.notify import notify_call
+from approvals.ops import metrics
+from approvals.realtime.pushes import notify_call
 from approvals.selectors.gates import hold_seconds
 from approvals.services.audit import audit_record
 from approvals.services.calls import call_end, call_lock

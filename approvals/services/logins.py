@@ -1,8 +1,8 @@
 """Login lockouts in the audit log: when one begins, and when admin lifts one.
 
 A lockout is django-axes' access attempt for a username and client address
-(approvals/logins.py): the entries name it as a ``login`` object by the attempt's id, and say
-which username and address it holds, and how many failures it counted.
+(approvals/accounts/lockouts.py): the entries name it as a ``login`` object by the attempt's id, and
+say which username and address it holds, and how many failures it counted.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Sum
 
-from approvals import metrics
 from approvals.models import AuditEntry
+from approvals.ops import metrics
 from approvals.services.audit import audit_record
 
 

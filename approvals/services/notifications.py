@@ -29,7 +29,6 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from approvals import metrics
 from approvals.models import (
     Approval,
     AuditEntry,
@@ -39,6 +38,7 @@ from approvals.models import (
     Notification,
     NotificationChannel,
 )
+from approvals.ops import metrics
 from approvals.selectors.calls import call_state
 from approvals.senders.webhook import secret_valid
 from approvals.services.audit import audit_record

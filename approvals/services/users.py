@@ -3,8 +3,8 @@ changepassword`` or ``createsuperuser``, a password reset, ``set_password`` and 
 shell (docs/reliability.md, "The audit log is append-only").
 
 Django's models are written by Django's own code, so these are called from the model signals
-(``approvals/receivers.py``), with the row as it was read before the change. Each records its
-entries in the transaction of the change where it has one (admin and every view do; a bare
+(``approvals/accounts/receivers.py``), with the row as it was read before the change. Each records
+its entries in the transaction of the change where it has one (admin and every view do; a bare
 ``save()`` in autocommit has committed its row before its entry is written) and, where a
 person may have lost the access that lets them watch the pages (deactivated, a new password,
 a group or a permission gone), closes their open sockets after commit
@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from approvals.models import AuditEntry
-from approvals.notify import person_sockets_close
+from approvals.realtime.pushes import person_sockets_close
 from approvals.selectors.deciders import VIEW_PERMISSIONS
 from approvals.services.audit import audit_object_type, audit_record, audit_snapshot
 

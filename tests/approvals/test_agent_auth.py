@@ -12,8 +12,8 @@ from channels.testing import WebsocketCommunicator
 from django.core.handlers.asgi import ASGIRequest
 from django.test import RequestFactory
 
-from approvals import errors
-from approvals.agent_auth import authorization_values, bearer_token, request_authorization
+from approvals.api import errors
+from approvals.api.auth import authorization_values, bearer_token, request_authorization
 from approvals.models import Call
 from config.asgi import application
 from tests.asgi import PROMPTLY, asgi_response

@@ -1,4 +1,4 @@
-"""The agent HTTP API (docs/api.md) through Django's test client, and its body limit
+"""The agent HTTP API (docs/routes.md) through Django's test client, and its body limit
 through the ASGI application."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from approvals import api, errors, openapi
+from approvals.api import errors, openapi, routes, submissions
 from approvals.models import (
     Agent,
     AgentToken,
@@ -30,7 +30,6 @@ from approvals.models import (
     PermissionRule,
     RunCounter,
 )
-from approvals.services import submissions
 from approvals.services.decisions import DEFAULT_DENY_COMMENT, call_decide
 from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT, calls_expire_due
 from approvals.services.rules import budget_save, cap_rule_save
@@ -1241,7 +1240,7 @@ def test_a_malformed_list_query_is_400_naming_the_parameter(
 
 def test_a_run_id_with_nul_is_400_naming_the_parameter(agent: Agent) -> None:
     refused = assert_error(bearer().get(CALLS, {"run_id": f"{SECRET}\x00"}), 400, "bad_request")
-    expected = errors.QUERY_TEXT.format(most=api.MAX_RUN_ID)
+    expected = errors.QUERY_TEXT.format(most=routes.MAX_RUN_ID)
     assert refused == errors.BAD_QUERY.format(name="run_id", expected=expected)
     assert SECRET not in refused
 

@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from approvals.models import Agent, Approval, AuditEntry, Call, PermissionRule
-from approvals.notify import QUEUE_GROUP
+from approvals.realtime.pushes import QUEUE_GROUP
 from approvals.services import calls
 from approvals.services.decisions import (
     BATCH_FAILED,
@@ -26,7 +26,7 @@ from approvals.services.decisions import (
     call_decide,
     calls_decide,
 )
-from approvals.views import BATCH_BAD_VERB, BATCH_EMPTY
+from approvals.web.views import BATCH_BAD_VERB, BATCH_EMPTY
 from tests.factories import call_make, payment, rule_make, user_make
 
 MISSING = "00000000-0000-4000-8000-000000000000"

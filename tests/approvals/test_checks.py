@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 from django.db import connection
 
-from approvals import checks
+from approvals.ops import checks
 
 
 def test_an_sqlite_older_than_3_35_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

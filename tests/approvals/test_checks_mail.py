@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from approvals import checks
 from approvals.models import NotificationChannel
+from approvals.ops import checks
 
 pytestmark = pytest.mark.django_db
 Kind = NotificationChannel.Kind

@@ -13,8 +13,8 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals import consumers
 from approvals.models import Agent, AgentToken, Call
+from approvals.realtime import consumers
 from approvals.selectors.calls import call_state
 from approvals.services.agents import (
     agent_save,
@@ -61,7 +61,7 @@ def approver(transactional_db: None) -> User:
 @pytest.fixture
 def no_sweeper(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the socket's own timer can expire anything."""
-    monkeypatch.setattr("approvals.consumers.ensure_sweeper_started", lambda: None)
+    monkeypatch.setattr("approvals.realtime.consumers.ensure_sweeper_started", lambda: None)
 
 
 async def submit(agent: Agent, amount: str = "600.00") -> Call:
@@ -279,11 +279,13 @@ async def test_a_decision_whose_push_was_lost_reaches_the_open_socket(
 ) -> None:
     """The channel layer may drop a push while the socket stays open: the socket reads the
     call again on its own."""
-    monkeypatch.setattr("approvals.consumers.RECHECK_SECONDS", 0.3)
+    monkeypatch.setattr("approvals.realtime.consumers.RECHECK_SECONDS", 0.3)
     call = await submit(agent)
     communicator = await opened(call_path(call))
     assert (await receive_call(communicator))["status"] == "pending"
-    monkeypatch.setattr("approvals.notify.get_channel_layer", lambda: None)  # the push is lost
+    monkeypatch.setattr(
+        "approvals.realtime.pushes.get_channel_layer", lambda: None
+    )  # the push is lost
     await decide(call, approver, approve=True, comment="fine")
     state = await receive_call(communicator)
     assert (state["status"], state["decision"]["comment"]) == ("approved", "fine")

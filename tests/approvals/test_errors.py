@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from approvals.errors import (
+from approvals.api.errors import (
     NOT_FOUND,
     RATE_LIMITED,
     UNAUTHENTICATED,

@@ -1,4 +1,4 @@
-"""``approvals.fairness``: one run of a view's render serves every socket asking for it, as
+"""``approvals.realtime.hub``: one run of a view's render serves every socket asking for it, as
 long as the run started after the change each of them answers; the caps count per owner."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from approvals import fairness
+from approvals.realtime import hub
 
 pytestmark = pytest.mark.asyncio
 
@@ -29,8 +29,8 @@ class _Work:
 
 async def test_asks_made_before_a_run_starts_share_it() -> None:
     work = _Work()
-    since = fairness.now()
-    asks = [asyncio.ensure_future(fairness.shared("view", work, since=since)) for _ in range(5)]
+    since = hub.now()
+    asks = [asyncio.ensure_future(hub.shared("view", work, since=since)) for _ in range(5)]
     await asyncio.sleep(0)
     work.release.set()
     assert await asyncio.gather(*asks) == [1] * 5
@@ -38,11 +38,9 @@ async def test_asks_made_before_a_run_starts_share_it() -> None:
 
 async def test_an_ask_for_a_change_newer_than_the_run_under_way_waits_for_the_next() -> None:
     work = _Work()
-    first = asyncio.ensure_future(fairness.shared("view", work, since=fairness.now()))
+    first = asyncio.ensure_future(hub.shared("view", work, since=hub.now()))
     await asyncio.sleep(0.01)  # the first run is under way
-    later = [
-        asyncio.ensure_future(fairness.shared("view", work, since=fairness.now())) for _ in range(3)
-    ]
+    later = [asyncio.ensure_future(hub.shared("view", work, since=hub.now())) for _ in range(3)]
     await asyncio.sleep(0.01)
     work.release.set()
     assert await first == 1
@@ -53,12 +51,12 @@ async def test_an_ask_for_a_change_newer_than_the_run_under_way_waits_for_the_ne
 async def test_a_run_that_started_after_the_change_serves_a_late_ask_too() -> None:
     work = _Work()
     work.release.set()
-    changed = fairness.now()
-    assert await fairness.shared("view", work, since=changed) == 1
+    changed = hub.now()
+    assert await hub.shared("view", work, since=changed) == 1
     # Another socket of the view asks only now, for the same change: the done run will do.
-    assert await fairness.shared("view", work, since=changed) == 1
-    assert await fairness.shared("other view", work, since=changed) == 2
-    assert await fairness.shared("view", work, since=fairness.now()) == 3
+    assert await hub.shared("view", work, since=changed) == 1
+    assert await hub.shared("other view", work, since=changed) == 2
+    assert await hub.shared("view", work, since=hub.now()) == 3
 
 
 async def test_a_failure_reaches_those_who_asked_and_is_not_served_again() -> None:
@@ -71,20 +69,20 @@ async def test_a_failure_reaches_those_who_asked_and_is_not_served_again() -> No
             raise RuntimeError("the database went away")
         return calls
 
-    since = fairness.now()
+    since = hub.now()
     with pytest.raises(RuntimeError, match="went away"):
-        await fairness.shared("view", failing, since=since)
-    assert await fairness.shared("view", failing, since=since) == 2
+        await hub.shared("view", failing, since=since)
+    assert await hub.shared("view", failing, since=since) == 2
 
 
 async def test_the_caps_count_per_owner(settings: Any) -> None:
     settings.COUNTERSIGN_MAX_SOCKETS_PER_USER = 2
-    assert fairness.person_socket_take(1)
-    assert fairness.person_socket_take(1)
-    assert not fairness.person_socket_take(1)
-    assert fairness.person_socket_take(2)
-    fairness.person_socket_give_back(1)
-    assert fairness.person_socket_take(1)
+    assert hub.person_socket_take(1)
+    assert hub.person_socket_take(1)
+    assert not hub.person_socket_take(1)
+    assert hub.person_socket_take(2)
+    hub.person_socket_give_back(1)
+    assert hub.person_socket_take(1)
 
 
 class _Socket:
@@ -119,37 +117,37 @@ async def test_a_views_sockets_are_pushed_one_at_a_time_with_a_turn_of_the_loop_
     seen: list[str] = []
     sockets = [_Socket(name, seen) for name in "abc"]
     for socket in sockets:
-        await fairness.page_feed_join("view", socket, concerns=_pending)
-    fairness.page_hub_tell(_change())
+        await hub.page_feed_join("view", socket, concerns=_pending)
+    hub.page_hub_tell(_change())
     await _settled(seen, 6)
     assert seen == ["push a", "turn after a", "push b", "turn after b", "push c", "turn after c"]
     for socket in sockets:
-        fairness.page_feed_leave("view", socket)
+        hub.page_feed_leave("view", socket)
 
 
 async def test_changes_in_a_burst_are_folded_and_what_does_not_concern_the_view_is_not_pushed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(fairness, "PAGE_PUSH_INTERVAL", 0.05)
+    monkeypatch.setattr(hub, "PAGE_PUSH_INTERVAL", 0.05)
     seen: list[str] = []
     kept, leaving = _Socket("kept", seen), _Socket("leaving", seen)
-    await fairness.page_feed_join("view", kept, concerns=_pending)
-    await fairness.page_feed_join("view", leaving, concerns=_pending)
-    fairness.page_hub_tell(_change("allowed"))
+    await hub.page_feed_join("view", kept, concerns=_pending)
+    await hub.page_feed_join("view", leaving, concerns=_pending)
+    hub.page_hub_tell(_change("allowed"))
     await asyncio.sleep(0.1)
     assert seen == []
-    fairness.page_hub_tell(_change())
+    hub.page_hub_tell(_change())
     await _settled(seen, 4)
-    fairness.page_feed_leave("view", leaving)
+    hub.page_feed_leave("view", leaving)
     for _ in range(3):  # within the interval of the last push: one more push, at its end
-        fairness.page_hub_tell(_change())
+        hub.page_hub_tell(_change())
     await asyncio.sleep(0.15)
     assert [line for line in seen if line.startswith("push")] == [
         "push kept",
         "push leaving",
         "push kept",
     ]
-    fairness.page_feed_leave("view", kept)
+    hub.page_feed_leave("view", kept)
 
 
 async def test_a_socket_that_leaves_while_its_view_joins_leaves_nothing_behind() -> None:
@@ -157,13 +155,13 @@ async def test_a_socket_that_leaves_while_its_view_joins_leaves_nothing_behind()
     disconnects meanwhile, neither it nor its view's feed hears of later changes."""
     seen: list[str] = []
     leaving = _Socket("leaving", seen)
-    hub = fairness._state().pages
-    async with hub._joining:  # the hub's join is under way
-        joining = asyncio.ensure_future(fairness.page_feed_join("view", leaving, concerns=_pending))
+    pages = hub._state().pages
+    async with pages._joining:  # the hub's join is under way
+        joining = asyncio.ensure_future(hub.page_feed_join("view", leaving, concerns=_pending))
         await asyncio.sleep(0.01)
-        fairness.page_feed_leave("view", leaving)
+        hub.page_feed_leave("view", leaving)
     await joining
-    assert hub.listeners == set()
-    fairness.page_hub_tell(_change())
+    assert pages.listeners == set()
+    hub.page_hub_tell(_change())
     await asyncio.sleep(0.05)
     assert seen == []

@@ -11,12 +11,12 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from approvals.errors import QUERY_RANGE
-from approvals.forms import HISTORY_EXPECTED
+from approvals.api.errors import QUERY_RANGE
 from approvals.models import Agent, Call
-from approvals.querystring import bad_parameter
-from approvals.selectors.history import HistoryFilters, history_calls
-from approvals.views import HISTORY_PAGE_SIZE
+from approvals.web.forms import HISTORY_EXPECTED
+from approvals.web.history_page import HistoryFilters, history_calls
+from approvals.web.querystring import bad_parameter
+from approvals.web.views import HISTORY_PAGE_SIZE
 from tests.factories import agent_make, user_make
 
 START = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 from prometheus_client import REGISTRY
 
-from approvals.logins import LOCKED_OUT_STATUS, locked_out_message
+from approvals.accounts.lockouts import LOCKED_OUT_STATUS, locked_out_message
 from approvals.models import AuditEntry
 from approvals.services.demo import DEMO_ADMIN, DEMO_PASSWORD, demo_ensure
 from config.runtime.pooled_handler import configured_path_pools

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import ApplicationCommunicator, HttpCommunicator
 from django.utils import timezone
 
-from approvals import errors
+from approvals.api import errors
 from approvals.models import Agent, AgentToken, Call
 from approvals.services.agents import agent_save, agent_token_revoke
 from approvals.services.decisions import call_decide
@@ -184,7 +184,7 @@ class _BrokenLayer:
 async def test_without_a_channel_layer_the_waiter_reads_the_database(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("approvals.longpoll.get_channel_layer", lambda: _BrokenLayer())
+    monkeypatch.setattr("approvals.api.longpoll.get_channel_layer", lambda: _BrokenLayer())
     call = await sync_to_async(_held_call)()
     answer = asyncio.ensure_future(_answer(_wait(call.pk)))
     await asyncio.sleep(0.3)

@@ -17,7 +17,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from approvals.models import Call
-from approvals.ops import METRICS_UNAUTHORIZED
+from approvals.ops.views import METRICS_UNAUTHORIZED
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import call_cancel, calls_expire_due
 from config.asgi import application

@@ -17,9 +17,8 @@ from django.test import Client
 from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
-from approvals.consumers import _call_html, _queue_push, _session_expiry
 from approvals.models import Agent, Call, Ledger, LedgerEntry
-from approvals.selectors.call_page import call_page
+from approvals.realtime.consumers import _call_html, _queue_push, _session_expiry
 from approvals.selectors.ledgers import ledger_spent
 from approvals.selectors.rules import stored_rule
 from approvals.services.agents import agent_create_or_update
@@ -27,7 +26,8 @@ from approvals.services.decisions import call_decide
 from approvals.services.ledgers import ledger_entry_void
 from approvals.services.lifecycle import call_cancel, call_extend, calls_expire_due
 from approvals.services.rules import gate_ensure
-from approvals.views import HISTORY_PAGE_SIZE
+from approvals.web.call_page import call_page
+from approvals.web.views import HISTORY_PAGE_SIZE
 from capcore.caps import digest_key
 from tests.factories import call_make, gate_make, rule_make, user_make
 

@@ -1,4 +1,4 @@
-"""approvals.presence on both backends: in memory (one process) and in Redis (several
+"""approvals.realtime.presence on both backends: in memory (one process) and in Redis (several
 workers, a killed worker's waiters vanishing with its heartbeat)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.conf import settings
 
-from approvals import presence
-from approvals.presence import (
+from approvals.realtime import presence
+from approvals.realtime.presence import (
     MemoryPresence,
     RedisPresence,
     Waiting,

@@ -24,8 +24,8 @@ from django.test import Client
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from approvals import api, consumers, longpoll
-from approvals.errors import (
+from approvals.api import longpoll, routes
+from approvals.api.errors import (
     BAD_QUERY,
     QUERY_CHOICES,
     QUERY_RANGE,
@@ -34,9 +34,10 @@ from approvals.errors import (
     QUERY_TOO_MANY,
     ApiError,
 )
-from approvals.forms import HISTORY_EXPECTED
 from approvals.models import Call
-from approvals.querystring import NEXT_EXPECTED, QUERY_NUL, REQUEST_MALFORMED, bad_parameter
+from approvals.realtime import consumers
+from approvals.web.forms import HISTORY_EXPECTED
+from approvals.web.querystring import NEXT_EXPECTED, QUERY_NUL, REQUEST_MALFORMED, bad_parameter
 from config.asgi import application
 from tests.asgi import chunked_request, http_scope
 from tests.factories import agent_with_token, call_make, payment, rule_make, user_make
@@ -207,9 +208,9 @@ def _vocabulary() -> str:
         *HISTORY_EXPECTED.values(),
         NEXT_EXPECTED,
         QUERY_CHOICES.format(choices=", ".join(Call.Status.values)),
-        QUERY_TEXT.format(most=api.MAX_RUN_ID),
-        QUERY_RANGE.format(low=1, high=api.MAX_LIMIT),
-        QUERY_RANGE.format(low=0, high=api.MAX_OFFSET),
+        QUERY_TEXT.format(most=routes.MAX_RUN_ID),
+        QUERY_RANGE.format(low=1, high=routes.MAX_LIMIT),
+        QUERY_RANGE.format(low=0, high=routes.MAX_OFFSET),
     ]
     return " ".join([*expected, BAD_QUERY, QUERY_REPEATED, QUERY_NUL, REQUEST_MALFORMED])
 

@@ -27,9 +27,9 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 from django.utils import timezone
 
-from approvals import consumers, notify
 from approvals.models import Agent, Call, Gate
-from approvals.queue_push import QueuePush
+from approvals.realtime import consumers, pushes
+from approvals.realtime.queue_updates import QueuePush
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import calls_expire_due
 from config.asgi import application
@@ -536,7 +536,7 @@ async def test_person_sockets_close_ends_every_session_of_the_person(agent: Agen
     bob = await opened(QUEUE, bob_cookie)
     for communicator in [*sockets, bob]:
         await text(communicator)
-    await sync_to_async(notify.person_sockets_close, thread_sensitive=True)(user_id=alice.pk)
+    await sync_to_async(pushes.person_sockets_close, thread_sensitive=True)(user_id=alice.pk)
     for communicator in sockets:
         await assert_closed(communicator, 4403)
     assert await bob.receive_nothing(0.3)

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 import pytest
 from django.test import Client
 
-from approvals import presence
 from approvals.models import Agent, Call
-from approvals.presence import MemoryPresence, agent_key, call_key
+from approvals.realtime import presence
+from approvals.realtime.presence import MemoryPresence, agent_key, call_key
 from tests.factories import call_make, rule_make, user_make
 
 RULE = "big: pay arg=amount currency=currency max USD 500.00, EUR 400.00 -> gate"

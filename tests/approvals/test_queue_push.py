@@ -12,8 +12,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from approvals.queue_push import CHANGED_ROWS_LIMIT, RENDERS_KEPT, QueuePush, queue_push
-from approvals.selectors.queue import Queue, QueueRow
+from approvals.realtime.queue_updates import CHANGED_ROWS_LIMIT, RENDERS_KEPT, QueuePush, queue_push
+from approvals.web.queue_page import Queue, QueueRow
 from tests.shown_queue import ShownQueue
 
 IDS = [uuid.UUID(int=n + 1) for n in range(30)]

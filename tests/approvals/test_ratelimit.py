@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from approvals.errors import LIMITER_UNAVAILABLE
+from approvals.api.errors import LIMITER_UNAVAILABLE
+from approvals.api.ratelimit import LimiterUnavailable, LocalLimiter, RedisLimiter
 from approvals.models import Call
-from approvals.ratelimit import LimiterUnavailable, LocalLimiter, RedisLimiter
 from tests.factories import agent_with_token
 from tests.local_redis import requires_redis
 
@@ -30,7 +30,7 @@ def test_the_local_window_allows_n_then_says_how_long_to_wait() -> None:
 
 def test_the_window_slides(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr("approvals.ratelimit.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("approvals.api.ratelimit.time.monotonic", lambda: now[0])
     limiter = LocalLimiter(2, 60)
     assert limiter.hit("a") is None
     now[0] += 30

@@ -11,8 +11,8 @@ from pytest_django import DjangoAssertNumQueries
 
 from approvals.models import Agent, Approval, Call
 from approvals.selectors.deciders import decidable_call_ids, decidable_filter, gates_for_user
-from approvals.selectors.queue import QueueCall, QueueRead, queue_read
 from approvals.services.decisions import call_decide
+from approvals.web.queue_page import QueueCall, QueueRead, queue_read
 from tests.factories import agent_make, call_make, gate_make, payment, rule_make, user_make
 
 

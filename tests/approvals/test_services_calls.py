@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import capcore
+from approvals.api.submissions import Submission
 from approvals.models import (
     Agent,
     Budget,
@@ -28,7 +29,6 @@ from approvals.services.calls import (
     call_submit,
 )
 from approvals.services.rules import cap_rule_save
-from approvals.services.submissions import Submission
 from tests.factories import agent_make
 
 DAILY = "daily: pay arg=amount sum USD 1000.00 per day -> gate"

@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
 
-from approvals import notify
 from approvals.models import Agent, Call, LedgerEntry, PermissionRule
+from approvals.realtime import pushes
 from approvals.services.decisions import (
     DEFAULT_DENY_COMMENT,
     BadScope,
@@ -130,10 +130,10 @@ def test_two_approvers_at_once_produce_one_outcome_and_one_notification(
     call = held_call()
     pushed: list[str] = []
 
-    def record(pushes: list[notify.Push]) -> None:
+    def record(pushes: list[pushes.Push]) -> None:
         pushed.extend(message["call"]["status"] for _, message in pushes)
 
-    monkeypatch.setattr(notify, "_send_now", record)
+    monkeypatch.setattr(pushes, "_send_now", record)
     users = [user_make(username="alice"), user_make(username="bob")]
     outcomes: list[str] = []
     start = threading.Barrier(2)

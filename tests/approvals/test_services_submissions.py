@@ -8,9 +8,8 @@ import hashlib
 import pytest
 
 import capcore
-from approvals.errors import ApiError, Code
-from approvals.models import Agent
-from approvals.services.submissions import (
+from approvals.api.errors import ApiError, Code
+from approvals.api.submissions import (
     BAD_IDEMPOTENCY_KEY,
     BAD_TEXT,
     BAD_TOOL,
@@ -24,6 +23,7 @@ from approvals.services.submissions import (
     principal_allowed,
     submission_parse,
 )
+from approvals.models import Agent
 
 BODY = b'{"tool": "pay", "arguments": "{\\"amount\\": \\"1\\"}"}'
 

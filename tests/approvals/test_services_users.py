@@ -1,6 +1,6 @@
 """People and groups are audited however they change (approvals/services/users.py, through the
-signals of approvals/receivers.py): created, deleted, activated or deactivated; a password set
-anywhere, never written; groups and permissions, from either side; and a person who may have
+signals of approvals/accounts/receivers.py): created, deleted, activated or deactivated; a password
+set anywhere, never written; groups and permissions, from either side; and a person who may have
 lost what lets them watch the pages has their sockets closed."""
 
 from __future__ import annotations

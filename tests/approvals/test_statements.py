@@ -14,11 +14,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import capcore
+from approvals.api.submissions import Submission
 from approvals.models import Agent, Budget, LedgerEntry, LedgerHour, RunCost, RunCounter
 from approvals.services.calls import call_submit
 from approvals.services.decisions import call_decide
 from approvals.services.rules import cap_rule_save
-from approvals.services.submissions import Submission
 from tests.factories import agent_make, user_make
 
 ROOT = Path(__file__).resolve().parents[2]

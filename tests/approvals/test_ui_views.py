@@ -13,13 +13,13 @@ from django.test import Client
 from django.utils import timezone
 
 import capcore
-from approvals.csp import POLICY
 from approvals.models import Agent, Approval, Call, Gate
 from approvals.selectors.deciders import decidable_call_ids
-from approvals.selectors.queue import QUEUE_SECTION_LIMIT, queue_for_user
 from approvals.services.decisions import call_decide
 from approvals.templatetags.clock import time_left
 from approvals.templatetags.money import money
+from approvals.web.csp import POLICY
+from approvals.web.queue_page import QUEUE_SECTION_LIMIT, queue_for_user
 from tests.factories import agent_make, call_make, payment, rule_make, user_make
 
 XSS = "<img src=x onerror=alert(1)>"

@@ -1,7 +1,7 @@
 """A page on another port of the same host cannot read the approver's live queue (issue 13:
 a page on ``http://127.0.0.1:9999`` read the queue of the server on ``:8222`` in Chromium,
 riding the approver's cookie, which ignores ports). Now the queue socket accepts only the
-site's own origin, port included (approvals/origins.py)."""
+site's own origin, port included (approvals/realtime/origins.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from approvals.errors import LIMITER_UNAVAILABLE
+from approvals.api.errors import LIMITER_UNAVAILABLE
 from approvals.models import Approval, AuditEntry, Call, LedgerEntry, LedgerHour
 from approvals.services.decisions import call_decide
 from approvals.services.rules import cap_rule_save

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from approvals.logins import LOCKED_OUT_STATUS, locked_out_message
+from approvals.accounts.lockouts import LOCKED_OUT_STATUS, locked_out_message
 from approvals.models import AuditEntry
 from tests.live import CSRF_INPUT, LiveServer, live_server
 from tests.scale.servers import (

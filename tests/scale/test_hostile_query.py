@@ -21,10 +21,10 @@ from django.contrib.auth.models import User
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from approvals.errors import BAD_QUERY, QUERY_RANGE, QUERY_REPEATED, QUERY_TOO_MANY
-from approvals.forms import HISTORY_EXPECTED
+from approvals.api.errors import BAD_QUERY, QUERY_RANGE, QUERY_REPEATED, QUERY_TOO_MANY
 from approvals.models import Call
-from approvals.querystring import QUERY_NUL, bad_parameter
+from approvals.web.forms import HISTORY_EXPECTED
+from approvals.web.querystring import QUERY_NUL, bad_parameter
 from tests.factories import call_make, payment, rule_make
 from tests.live import Approver, LiveServer, start_server
 from tests.scale.servers import APPROVER, NO_RATE_LIMIT, PASSWORD, agent_create, bearer

@@ -18,7 +18,7 @@ from channels_redis.core import RedisChannelLayer
 from django.utils import timezone
 
 from approvals.models import Call
-from approvals.notify import call_group, notify_call
+from approvals.realtime.pushes import call_group, notify_call
 from config.env import redis_channel_layer
 from config.runtime.memory_layer import ThrottledInMemoryChannelLayer
 from config.runtime.push_loop import push_from_sync, push_loop

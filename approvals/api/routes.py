@@ -20,8 +20,8 @@ from ninja.errors import HttpError, ValidationError
 from ninja.security.http import HttpAuthBase
 
 import capcore
-from approvals.agent_auth import bearer_agent, request_authorization
-from approvals.errors import (
+from approvals.api.auth import bearer_agent, request_authorization
+from approvals.api.errors import (
     ALREADY_FINAL,
     BAD_PARAMETERS,
     IDEMPOTENCY_CONFLICT,
@@ -40,9 +40,7 @@ from approvals.errors import (
     query_refusal,
     query_repeated,
 )
-from approvals.metrics import RATE_LIMIT_REFUSALS, RateLimitRefusal
-from approvals.models import Agent, Call
-from approvals.openapi import (
+from approvals.api.openapi import (
     ERRORS,
     NO_NUL,
     CallListOut,
@@ -52,11 +50,13 @@ from approvals.openapi import (
     submit_body,
     wait_operation,
 )
-from approvals.ratelimit import LimiterUnavailable, submission_limiter
+from approvals.api.ratelimit import LimiterUnavailable, submission_limiter
+from approvals.api.submissions import TEXT_LIMITS, submission_parse
+from approvals.models import Agent, Call
+from approvals.ops.metrics import RATE_LIMIT_REFUSALS, RateLimitRefusal
 from approvals.selectors.calls import call_for_agent, call_state, calls_for_agent
 from approvals.services.calls import IdempotencyConflict, call_submit
 from approvals.services.lifecycle import AlreadyFinal, call_cancel
-from approvals.services.submissions import TEXT_LIMITS, submission_parse
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
@@ -78,7 +78,7 @@ class AgentBearer(HttpAuthBase):
 
 class CountersignAPI(NinjaAPI):
     def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
-        """The long-poll is served outside Django (``approvals.longpoll``); list it anyway."""
+        """The long-poll is served outside Django (``approvals.api.longpoll``); list it anyway."""
         schema = super().get_openapi_schema(*args, **kwargs)
         schema["paths"]["/api/v1/calls/{call_id}/wait"] = wait_operation()
         return schema

@@ -26,8 +26,8 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from approvals.agent_auth import Bearer, authorization_values, bearer, bearer_still_valid
-from approvals.errors import (
+from approvals.api.auth import Bearer, authorization_values, bearer, bearer_still_valid
+from approvals.api.errors import (
     AGENT_DISABLED,
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
@@ -40,16 +40,16 @@ from approvals.errors import (
     send_error,
     send_json,
 )
-from approvals.metrics import LONG_POLLS, PushedVia, decision_pushed
 from approvals.models import Agent, Call
-from approvals.notify import (
+from approvals.ops.metrics import LONG_POLLS, PushedVia, decision_pushed
+from approvals.realtime.presence import call_key, waiter_enter, waiter_leave
+from approvals.realtime.pushes import (
     CLOSE_TOKEN_REVOKED,
     SOCKETS_CLOSE,
     agent_sockets_group,
     call_group,
     token_group,
 )
-from approvals.presence import call_key, waiter_enter, waiter_leave
 from approvals.selectors.calls import call_for_agent, call_state
 from config.runtime.asgi_types import Receive, Scope, Send
 from config.runtime.sweeper import expire_due_now
@@ -203,7 +203,7 @@ async def _wait(
         if state is None:
             raise ApiError(404, Code.NOT_FOUND, NOT_FOUND)
         waits_for = call_key(call_id)
-        waiter_enter(waits_for)  # approvals.presence: counted in memory, no round trip
+        waiter_enter(waits_for)  # approvals.realtime.presence: counted in memory, no round trip
         clock = asyncio.get_running_loop().time
         give_up = clock() + timeout
         while state["status"] not in Call.Status.FINAL:

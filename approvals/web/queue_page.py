@@ -15,7 +15,7 @@ from django.utils import timezone
 
 import capcore
 from approvals.models import Approval, Call
-from approvals.presence import Waiting, presence_of
+from approvals.realtime.presence import Waiting, presence_of
 from approvals.selectors.caps import call_amounts, cap_assessments, held_by
 from approvals.selectors.deciders import (
     DECIDE_PERMISSION,

@@ -10,16 +10,16 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.http import QueryDict
 
-from approvals.errors import QUERY_CHOICES, QUERY_RANGE, QUERY_TEXT
+from approvals.api.errors import QUERY_CHOICES, QUERY_RANGE, QUERY_TEXT
+from approvals.api.submissions import TEXT_LIMITS
 from approvals.models import Agent
-from approvals.querystring import BadQuery, bad_parameter
-from approvals.selectors.history import (
+from approvals.web.history_page import (
     HISTORY_FIRST_DAY,
     HISTORY_LAST_DAY,
     HISTORY_STATUSES,
     HistoryFilters,
 )
-from approvals.services.submissions import TEXT_LIMITS
+from approvals.web.querystring import BadQuery, bad_parameter
 
 TOOL_LIMIT = 128  # as the submission's tool pattern allows
 PRINCIPAL_LIMIT = TEXT_LIMITS["principal"]

@@ -11,14 +11,14 @@ from typing import Any
 from channels.auth import AuthMiddlewareStack
 from django.urls import URLPattern, path
 
-from approvals.consumers import (
+from approvals.ops.metrics import SocketKind, counted_sockets
+from approvals.realtime.consumers import (
     AgentCallConsumer,
     AgentStreamConsumer,
     CallPageConsumer,
     QueueConsumer,
 )
-from approvals.metrics import SocketKind, counted_sockets
-from approvals.origins import SameOriginValidator
+from approvals.realtime.origins import SameOriginValidator
 
 
 def _for_people(app: Any) -> Any:
@@ -26,7 +26,7 @@ def _for_people(app: Any) -> Any:
 
 
 # django-stubs types path()'s view as a Django view; Channels' URLRouter takes ASGI apps.
-# Each route's open sockets are counted for /metrics (approvals/metrics.py).
+# Each route's open sockets are counted for /metrics (approvals/ops/metrics.py).
 websocket_urlpatterns: list[URLPattern] = [
     path(
         "ws/v1/calls/<uuid:call_id>",

@@ -42,7 +42,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from approvals.notify import QUEUE_GROUP
+from approvals.realtime.pushes import QUEUE_GROUP
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -332,7 +332,7 @@ def page_feed_leave(key: Hashable, socket: PageSocket) -> None:
 
 def page_hub_tell(message: dict[str, Any]) -> None:
     """Hand ``message`` to this process's page sockets as if it had come to the queue
-    group: a change every process learns by itself (``approvals.presence``)."""
+    group: a change every process learns by itself (``approvals.realtime.presence``)."""
     _state().pages.tell(message)
 
 

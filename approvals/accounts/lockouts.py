@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from approvals.auth import refused_locked_out
+from approvals.accounts.throttle import refused_locked_out
 from approvals.services.logins import login_lockout_record
 
 LOCKED_OUT = (

@@ -15,7 +15,7 @@ again every ``ACCESS_RECHECK_SECONDS`` in case that message was lost. A page soc
 on its person's and its session's groups (a logout, a deactivation, a password change, lost
 permissions) and checks its session before each push and every ``SESSION_RECHECK_SECONDS``.
 
-Fair sockets (``approvals.fairness``): one person holds at most
+Fair sockets (``approvals.realtime.hub``): one person holds at most
 ``COUNTERSIGN_MAX_SOCKETS_PER_USER`` page sockets and one agent at most
 ``COUNTERSIGN_MAX_SOCKETS_PER_AGENT`` sockets per process, and one more closes with ``4429``.
 The queue's changes reach a process once and each view's sockets from there, by one task per
@@ -23,7 +23,7 @@ view (``fairness.page_feed_join``); each view is rendered once per change for al
 showing it, on threads of the pages' own, and pushed at most every
 ``fairness.PAGE_PUSH_INTERVAL``, one socket at a time, so that agents' reads and pushes never
 wait behind approvers' renders. A queue socket is sent the rows that changed since its last
-push (``approvals.queue_push``).
+push (``approvals.realtime.queue_updates``).
 """
 
 from __future__ import annotations
@@ -53,9 +53,11 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
-from approvals.agent_auth import Bearer, authorization_values, bearer, bearer_still_valid
-from approvals.errors import ApiError
-from approvals.fairness import (
+from approvals.api.auth import Bearer, authorization_values, bearer, bearer_still_valid
+from approvals.api.errors import ApiError
+from approvals.models import Agent, Call
+from approvals.ops.metrics import PushedVia, decision_pushed
+from approvals.realtime.hub import (
     CLOSE_TOO_MANY,
     agent_socket_give_back,
     agent_socket_take,
@@ -68,9 +70,14 @@ from approvals.fairness import (
     person_socket_take,
     shared,
 )
-from approvals.metrics import PushedVia, decision_pushed
-from approvals.models import Agent, Call
-from approvals.notify import (
+from approvals.realtime.presence import (
+    agent_key,
+    call_key,
+    presence_watch,
+    waiter_enter,
+    waiter_leave,
+)
+from approvals.realtime.pushes import (
     agent_group,
     agent_sockets_group,
     call_group,
@@ -78,18 +85,11 @@ from approvals.notify import (
     session_group,
     token_group,
 )
-from approvals.presence import (
-    agent_key,
-    call_key,
-    presence_watch,
-    waiter_enter,
-    waiter_leave,
-)
-from approvals.queue_push import QueuePush, ascii_html, queue_push
-from approvals.selectors.call_page import call_page
+from approvals.realtime.queue_updates import QueuePush, ascii_html, queue_push
 from approvals.selectors.calls import call_for_agent, call_state
 from approvals.selectors.deciders import may_view
-from approvals.selectors.queue import queue_for_user
+from approvals.web.call_page import call_page
+from approvals.web.queue_page import queue_for_user
 from config.runtime.consumer_dispatch import DispatchWithoutConnectionSweep
 from config.runtime.sweeper import ensure_sweeper_started, expire_due_now
 
@@ -191,10 +191,11 @@ class _AgentConsumer(DispatchWithoutConnectionSweep, AsyncJsonWebsocketConsumer)
         self._counted: int | None = None  # the agent whose cap this socket counts in
         self._access_watch: asyncio.Task[None] | None = None
         self._ended = False
-        self._waits_for: str | None = None  # approvals.presence's key, while counted
+        self._waits_for: str | None = None  # approvals.realtime.presence's key, while counted
 
     def _wait_for(self, key: str) -> None:
-        """Count this socket as an agent waiting (``approvals.presence``) until it closes."""
+        """Count this socket as an agent waiting (``approvals.realtime.presence``) until it
+        closes."""
         self._waits_for = key
         waiter_enter(key)
 
@@ -237,7 +238,8 @@ class _AgentConsumer(DispatchWithoutConnectionSweep, AsyncJsonWebsocketConsumer)
                 return
 
     async def sockets_close(self, event: dict[str, Any]) -> None:
-        """A push from ``approvals.notify``: the token was revoked or the agent disabled."""
+        """A push from ``approvals.realtime.pushes``: the token was revoked or the agent
+        disabled."""
         await self._end(int(event["code"]))
 
     async def _end(self, code: int) -> None:
@@ -316,7 +318,8 @@ class AgentCallConsumer(_AgentConsumer):
         await super().disconnect(code)
 
     async def call_changed(self, event: dict[str, Any]) -> None:
-        """A push from ``approvals.notify``: it carries the full state, no need to re-read."""
+        """A push from ``approvals.realtime.pushes``: it carries the full state, no need to
+        re-read."""
         state: State = event["call"]
         if state.get("id") == str(self.call_id):
             await self._deliver(state)
@@ -579,8 +582,8 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         """The page has nothing to say: whatever it sends is ignored."""
 
     async def sockets_close(self, event: dict[str, Any]) -> None:
-        """A push from ``approvals.notify``: a logout, a deactivation, a password change, or
-        permissions that may be lost."""
+        """A push from ``approvals.realtime.pushes``: a logout, a deactivation, a password change,
+        or permissions that may be lost."""
         await self._end(int(event["code"]))
 
     def _concerns(self, state: State) -> bool:
@@ -689,7 +692,7 @@ class CallPageConsumer(_PageConsumer):
         return (
             state.get("id") == call_id
             or state.get("status") in self.LEDGER_CHANGES
-            # approvals.presence: an agent began or ceased to wait for this call, or for
+            # approvals.realtime.presence: an agent began or ceased to wait for this call, or for
             # every call of some agent (this one's, perhaps)
             or call_id in state.get("presence_calls", ())
             or bool(state.get("presence_agents"))

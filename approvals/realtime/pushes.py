@@ -26,7 +26,7 @@ from django.db import transaction
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from approvals.errors import CLOSE_CODE_BASE
+from approvals.api.errors import CLOSE_CODE_BASE
 from approvals.models import Approval, Call
 from approvals.selectors.calls import call_state
 from config.runtime.push_loop import push_from_sync

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from approvals.errors import METHOD_NOT_ALLOWED, Code, json_error_bytes, send_json
+from approvals.api.errors import METHOD_NOT_ALLOWED, Code, json_error_bytes, send_json
 from config.runtime.asgi_types import Send
 
 BODY_TOO_LARGE = "The request body is larger than this server accepts ({limit} bytes)."

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from django.http import HttpRequest
 
-from approvals.errors import AGENT_DISABLED, UNAUTHENTICATED, ApiError, Code
+from approvals.api.errors import AGENT_DISABLED, UNAUTHENTICATED, ApiError, Code
 from approvals.models import Agent, AgentToken
 from approvals.services.agents import agent_token_authenticate
 

@@ -4,7 +4,7 @@ Every page needs a logged-in user with ``approvals.view_call`` or ``approvals.de
 (else ``403``). A page and its partials come from one template: the whole page for a
 browser, the named partial for an htmx request, the same partials for a WebSocket push.
 Each checks the query parameters it reads (``checks_own_query``) and ignores any other: a
-value it cannot use is a ``400`` naming the parameter (``approvals.querystring``).
+value it cannot use is a ``400`` naming the parameter (``approvals.web.querystring``).
 """
 
 from __future__ import annotations
@@ -19,13 +19,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.forms import HistoryFilterForm, history_page, posted_arguments
 from approvals.models import Approval
-from approvals.querystring import BadQuery, checks_own_query, query_refused, single_values
-from approvals.selectors.call_page import call_page
 from approvals.selectors.deciders import DECIDE_PERMISSION, may_view
-from approvals.selectors.history import history_calls, history_rows
-from approvals.selectors.queue import batch_result, queue_for_user
 from approvals.services.decisions import (
     BATCH_LIMIT,
     DecisionError,
@@ -34,6 +29,11 @@ from approvals.services.decisions import (
     calls_decide,
 )
 from approvals.services.lifecycle import AlreadyFinal, call_extend
+from approvals.web.call_page import call_page
+from approvals.web.forms import HistoryFilterForm, history_page, posted_arguments
+from approvals.web.history_page import history_calls, history_rows
+from approvals.web.querystring import BadQuery, checks_own_query, query_refused, single_values
+from approvals.web.queue_page import batch_result, queue_for_user
 
 HISTORY_PAGE_SIZE = 50
 # A batch's report, kept in the session from the plain form's POST to the queue it redirects to.
@@ -97,7 +97,8 @@ def calls_decide_many(request: HttpRequest) -> HttpResponse:
     ]
     if request.htmx:  # type: ignore[attr-defined]
         # The report only: the queue's socket is what changes the rows on the page
-        # (approvals.queue_push sends it only the rows that changed since its last push).
+        # (approvals.realtime.queue_updates sends it only the rows that changed since its last
+        # push).
         context = {"batch": batch_result(approve=approve, outcomes=report)}
         return render(request, "approvals/queue.html#batch-result", context)
     request.session[BATCH_SESSION_KEY] = {"approve": approve, "outcomes": report}

@@ -3,7 +3,7 @@ may act for (docs/api.md, "POST /calls").
 
 The body is read with ``capcore.strict_loads`` and its fields are checked by exact type:
 pydantic would take ``"tool": 123`` as ``"123"`` (``JSONNumber`` is a ``str``). The limits
-here are the ones the OpenAPI document states (``approvals.openapi``).
+here are the ones the OpenAPI document states (``approvals.api.openapi``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import capcore
 from approvals import jsontext
-from approvals.errors import ApiError, Code
+from approvals.api.errors import ApiError, Code
 from approvals.models import Agent
 from capcore.budgets import parse_cost
 

@@ -1,4 +1,4 @@
-"""The Prometheus series that ``GET /metrics`` shows (approvals/ops.py), kept in
+"""The Prometheus series that ``GET /metrics`` shows (approvals/ops/views.py), kept in
 prometheus-client's default registry beside its own process and Python series.
 
 Each server process counts what it serves: scrape every process (each listens on a port of its

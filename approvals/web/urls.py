@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.urls import URLPattern, path
 
-from approvals import views
+from approvals.web import views
 
 urlpatterns: list[URLPattern] = [
     path("", views.queue, name="queue"),

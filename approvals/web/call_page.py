@@ -12,7 +12,7 @@ from django.utils import timezone
 import capcore
 from approvals import jsontext
 from approvals.models import Approval, AuditEntry, Call, Gate
-from approvals.presence import Waiting, presence_of
+from approvals.realtime.presence import Waiting, presence_of
 from approvals.selectors.calls import call_findings
 from approvals.selectors.caps import CapLine, call_amounts, cap_assessments, cap_line
 from approvals.selectors.deciders import decidable_call_ids, required_approvals

@@ -26,8 +26,8 @@ from weakref import WeakValueDictionary
 
 from django.template.loader import render_to_string
 
-from approvals.fairness import page_database
-from approvals.selectors.queue import Queue, QueueRow
+from approvals.realtime.hub import page_database
+from approvals.web.queue_page import Queue, QueueRow
 
 # More rows to send than this, and the whole queue is sent instead (it is read as fast).
 CHANGED_ROWS_LIMIT = 20
@@ -45,7 +45,7 @@ Compared = tuple[tuple[uuid.UUID, QueueRow], ...]
 
 _serials = itertools.count(1)
 # Each person's latest render, while a socket holds it (renders of one person's queue run one
-# at a time: approvals.fairness.shared).
+# at a time: approvals.realtime.hub.shared).
 _latest: WeakValueDictionary[int, QueuePush] = WeakValueDictionary()
 
 

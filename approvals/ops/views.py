@@ -7,7 +7,7 @@ request thread is busy with agents or logins.
 - ``/healthz``: the process answers. Reads nothing.
 - ``/readyz``: the database answers (and has its tables), and so does Redis when ``REDIS_URL``
   is set; else ``503`` naming what does not.
-- ``/metrics``: approvals/metrics.py's series in the Prometheus text format, for a scrape that
+- ``/metrics``: approvals/ops/metrics.py's series in the Prometheus text format, for a scrape that
   presents ``Authorization: Bearer <COUNTERSIGN_METRICS_TOKEN>``. Without the setting the
   route is a ``404`` like any unknown path; with it, a missing or wrong token is a ``401``.
 """
@@ -26,7 +26,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-import approvals.metrics  # noqa: F401 (registers the series)
+import approvals.ops.metrics  # noqa: F401 (registers the series)
 from approvals.selectors.ops import database_answers
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,7 @@
-"""Who is acting, for the audit entries written from model signals (``approvals/receivers.py``),
-which are not handed the request: the signed-in person of the request being served, or nobody
-(a management command, the shell, a password reset by e-mail link)."""
+"""Who is acting, for the audit entries written from model signals
+(``approvals/accounts/receivers.py``), which are not handed the request: the signed-in person of the
+request being served, or nobody (a management command, the shell, a password reset by e-mail
+link)."""
 
 from __future__ import annotations
 

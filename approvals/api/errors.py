@@ -40,7 +40,7 @@ NOT_FOUND = "No such call."
 NO_SUCH_ENDPOINT = "No such endpoint."
 METHOD_NOT_ALLOWED = "This method is not allowed here."
 # The parameter's name and what it may be, both ours: never the value that was sent. The
-# approver's pages say the same of their query strings (approvals/querystring.py).
+# approver's pages say the same of their query strings (approvals/web/querystring.py).
 BAD_QUERY = "The query parameter {name} is malformed or out of range ({expected})."
 QUERY_REPEATED = "The query parameter {name} is given more than once."
 QUERY_TOO_MANY = "The query string has more than {most} parameters."

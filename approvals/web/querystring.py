@@ -21,7 +21,7 @@ from django.core.exceptions import SuspiciousOperation, TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
-from approvals.errors import BAD_QUERY, QUERY_REPEATED, QUERY_TOO_MANY
+from approvals.api.errors import BAD_QUERY, QUERY_REPEATED, QUERY_TOO_MANY
 
 QUERY_NUL = "A query parameter holds U+0000, which no page accepts."
 # The one parameter Django's own pages read as a single value (the login's, the admin's and

@@ -333,7 +333,7 @@ class PresenceUnknown(Exception):
 def _tell_pages(keys: set[str]) -> None:
     if not keys:
         return
-    from approvals.fairness import page_hub_tell
+    from approvals.realtime.hub import page_hub_tell
 
     calls = sorted(key[2:] for key in keys if key.startswith("c:"))
     agents = any(key.startswith("a:") for key in keys)

@@ -2,8 +2,8 @@
 Django's ``ModelBackend``.
 
 A username locked out from the client's address is refused before any password is hashed
-(approvals/logins.py), and the request says so, so that a lockout is audited once, when it
-begins, and not again for each attempt it refuses.
+(approvals/accounts/lockouts.py), and the request says so, so that a lockout is audited once, when
+it begins, and not again for each attempt it refuses.
 """
 
 from __future__ import annotations

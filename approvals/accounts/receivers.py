@@ -16,7 +16,7 @@ from django.contrib.auth.models import Group, User
 from django.db.models import Model
 from django.db.models.signals import m2m_changed, post_save, pre_delete, pre_save
 
-from approvals.actor import acting_user
+from approvals.accounts.actor import acting_user
 from approvals.models import AuditEntry
 from approvals.services import users
 

@@ -15,9 +15,9 @@ from typing import Annotated, Any
 from django.conf import settings
 from ninja import Field, Schema
 
-from approvals.longpoll import default_wait
+from approvals.api.longpoll import default_wait
+from approvals.api.submissions import COST_FIELDS, TEXT_LIMITS, TOKEN_FIELDS, TOOL_NAME
 from approvals.models import Call
-from approvals.services.submissions import COST_FIELDS, TEXT_LIMITS, TOKEN_FIELDS, TOOL_NAME
 
 # JSON Schema's pattern for a text that PostgreSQL can store (it refuses U+0000).
 NO_NUL = "^[^\\u0000]*$"

@@ -1,0 +1,1 @@
+"""Who is acting: the login throttle, lockouts, and people's and groups' changes."""

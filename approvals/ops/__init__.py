@@ -1,0 +1,1 @@
+"""For load balancers and Prometheus: health, readiness, metrics, and system checks."""
