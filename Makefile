@@ -12,7 +12,7 @@ PROJECTS := pyproject.toml $(CLIENT)/pyproject.toml
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench bench-submit bench-decision bench-pages clean
+.PHONY: run test test-stock lint bench bench-submit bench-decision bench-pages clean
 
 # pip quiet: errors still print, and a failing install still fails. The one warning left on a
 # good install is setuptools' "Editable installation" block (folders named like the package may
@@ -47,6 +47,15 @@ run: $(RUN_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The tests that reach every config/runtime piece, with each piece switched back to its stock
+# component (config/runtime/README.md).
+STOCK_TESTS := tests/config/runtime tests/approvals/test_consumers.py \
+	tests/approvals/test_longpoll.py tests/approvals/test_queue_consumer.py \
+	tests/approvals/test_api.py tests/approvals/test_api_races.py tests/approvals/test_views.py \
+	tests/approvals/test_batch_decisions.py tests/test_live.py tests/scale/test_hostile_sockets.py
+test-stock: $(TEST_STAMP)
+	COUNTERSIGN_STOCK=all $(BIN)/python -m pytest $(PYTEST_ARGS) $(STOCK_TESTS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

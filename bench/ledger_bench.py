@@ -92,9 +92,8 @@ def _fill(entries: int) -> None:
 
 
 def _submissions(count: int) -> dict[str, float]:
-    from approvals.api.submissions import Submission
     from approvals.models import Agent
-    from approvals.services.calls import call_submit
+    from approvals.services.calls import Submission, call_submit
 
     agent = Agent.objects.get(name="bench")
     submission = Submission(tool="pay", arguments='{"amount": "1.00"}', principal="bench-user")

@@ -21,7 +21,14 @@ from capcore.amounts import (
 from capcore.budgets import Budget, BudgetScope, RunCounters, Usage
 from capcore.caps import CapAssessment, LedgerKey, LedgerRecord
 from capcore.currency import MAX_EXPONENT, exponent, exponents, resolve_exponent
-from capcore.engine import CallRequest, Evaluation, PolicyState, evaluate_call, ledgers_of_call
+from capcore.engine import (
+    CallRequest,
+    Evaluation,
+    PolicyState,
+    evaluate_call,
+    ledgers_of_call,
+    recheck_sums,
+)
 from capcore.errors import (
     AmountOverflow,
     AmountSyntax,
@@ -122,6 +129,7 @@ __all__ = [
     "parse_rule",
     "parse_rules",
     "parse_rules_with_lines",
+    "recheck_sums",
     "resolve_exponent",
     "strict_loads",
 ]

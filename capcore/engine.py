@@ -7,7 +7,7 @@ lock, loads their totals, calls ``evaluate_call`` and records the outcome atomic
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -29,7 +29,7 @@ from capcore.permissions import (
     ToolClassPin,
     evaluate_permissions,
 )
-from capcore.rules import Rule
+from capcore.rules import Kind, Rule
 from capcore.strictjson import parse_arguments
 from capcore.verdict import Verdict, combine_findings, policy_error, refusal_of_arguments
 
@@ -141,5 +141,35 @@ def evaluate_call(request: CallRequest, state: PolicyState) -> Evaluation:
     """
     try:
         return _evaluate(request, state)
+    except Exception as error:  # any failure to decide refuses
+        return Evaluation(policy_error(), error=error)
+
+
+def _recheck(request: CallRequest, state: PolicyState, held_for: Collection[str]) -> Evaluation:
+    arguments = _arguments(request)
+    if isinstance(arguments, ArgsNotStrict):
+        return Evaluation(combine_findings([refusal_of_arguments(arguments)]))
+    if state.cap_rules_unreadable:
+        return Evaluation(policy_error())
+    sums = [rule for rule in state.cap_rules if rule.kind is Kind.SUM]
+    assessments = assess_caps(
+        sums, tool=request.tool, arguments=arguments, principal=request.principal
+    )
+    caps = evaluate_caps(assessments, spent=state.spent)
+    fresh = [f for f in caps.findings if f.rule is None or f.rule.casefold() not in held_for]
+    return Evaluation(combine_findings(fresh), records=caps.records, caps=assessments)
+
+
+def recheck_sums(
+    request: CallRequest, state: PolicyState, *, held_for: Collection[str]
+) -> Evaluation:
+    """A held call's ``sum`` rules evaluated again when its quorum is met (or an edit
+    stands), against ``state.spent``: each ledger's recorded total plus what other held
+    calls reserve there. Only the rules not in ``held_for`` (casefolded names of the rules
+    the call is held for already, whose gates approved it) give findings: the verdict is
+    theirs, allowed when there are none. ``records`` hold every assessable ``sum`` rule's
+    amount, to record on approval. Fail-closed as ``evaluate_call``."""
+    try:
+        return _recheck(request, state, held_for)
     except Exception as error:  # any failure to decide refuses
         return Evaluation(policy_error(), error=error)

@@ -27,12 +27,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from approvals.api.longpoll import WAIT_PATH, wait_app  # noqa: E402
 from approvals.api.middleware import body_too_large, body_too_slow  # noqa: E402
-from approvals.delivery import ensure_delivery_started  # noqa: E402
 from approvals.realtime.routing import websocket_urlpatterns  # noqa: E402
 from config.runtime.asgi_types import Message, Receive, Scope, Send  # noqa: E402
 from config.runtime.body_limit import BodyLimit  # noqa: E402
 from config.runtime.raw_routes import RawRoutes  # noqa: E402
 from config.runtime.sweeper import ensure_sweeper_started, sweeper_lifespan  # noqa: E402
+from notifications.delivery import ensure_delivery_started  # noqa: E402
 
 # The long-poll outside Django's handler, where a waiter holds no thread.
 routes = RawRoutes([(WAIT_PATH, wait_app)], django=django_http)

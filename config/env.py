@@ -157,7 +157,7 @@ def redis_channel_layer(url: str, *, stock: bool = False) -> dict[str, Any]:
 # --- Email ----------------------------------------------------------------------------------
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 # Printed in short (each mail's recipients, subject and text) rather than whole.
-CONSOLE_BACKEND = "approvals.senders.console.EmailBackend"
+CONSOLE_BACKEND = "notifications.senders.console.EmailBackend"
 # EMAIL_URL's schemes: the port each defaults to, and its TLS (None: not SMTP).
 EMAIL_SCHEMES: dict[str, tuple[int, str] | None] = {
     "smtp": (25, "none"),  # plain, unless ?tls=1 (STARTTLS) or ?ssl=1 (TLS from the start)

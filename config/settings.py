@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     # Before approvals, whose admin replaces axes' admin of access attempts.
     "axes",
     "approvals",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -256,7 +257,7 @@ COUNTERSIGN_MAX_SOCKETS_PER_AGENT = env_int(
 # Adds /bench/bare, the bare async endpoint bench/ compares the agent API with.
 COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False)
 
-# --- Notifications: sending (approvals/senders/) ---------------------------------------------
+# --- Notifications: sending (notifications/senders/) -----------------------------------------
 # Seconds any outbound request of a notification (a webhook, an Apprise service, the mail
 # server) may take to connect and to answer.
 COUNTERSIGN_NOTIFY_TIMEOUT = env_int("COUNTERSIGN_NOTIFY_TIMEOUT", 10, minimum=1, maximum=300)
@@ -268,7 +269,7 @@ COUNTERSIGN_WEBHOOK_PROXIES = outbound_proxies()
 # else Django's own EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,
 # EMAIL_USE_SSL, EMAIL_BACKEND. With none, mail is printed to the console under DEBUG (make
 # run), and otherwise handed to localhost:25, with a system check's warning where an email
-# channel exists (approvals/ops/checks.py).
+# channel exists (notifications/checks.py).
 _email = email_settings(debug=DEBUG)
 EMAIL_BACKEND = _email.backend
 EMAIL_HOST = _email.host
@@ -281,7 +282,7 @@ EMAIL_TIMEOUT = COUNTERSIGN_NOTIFY_TIMEOUT
 DEFAULT_FROM_EMAIL = SERVER_EMAIL = _email.from_email
 COUNTERSIGN_EMAIL_CONFIGURED = _email.configured
 
-# --- Notifications: the outbox and its delivery (approvals/delivery.py) -----------------------
+# --- Notifications: the outbox and its delivery (notifications/delivery.py) -------------------
 # The server's address as approvers reach it, for the link to a call's page in each message.
 COUNTERSIGN_PUBLIC_URL = env_str("COUNTERSIGN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 # Seconds before a held call's deadline that ``call.expiring`` is sent.

@@ -38,6 +38,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("approvals.web.urls")),
+    path("", include("notifications.urls")),
     # Under /api/ every unknown path is a JSON 404; ninja's own root view, which answers an
     # HTML one, is kept (ninja reverses it by name) but never reached.
     path("api/v1/", csrf_exempt(api_not_found)),

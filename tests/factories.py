@@ -18,10 +18,9 @@ from django.apps import apps
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Group, Permission, User
 
-from approvals.api.submissions import Submission
 from approvals.models import Agent, AgentToken, Call, CapRule, Gate, LedgerEntry, LedgerHour
 from approvals.services.agents import SHOWN_PREFIX_LENGTH, agent_token_issue, token_digest
-from approvals.services.calls import call_submit
+from approvals.services.calls import Submission, call_submit
 from approvals.services.rules import cap_rule_save, gate_ensure
 
 PASSWORD = "pw"  # every test person's, unless a test picks one

@@ -9,12 +9,15 @@ from typing import Any
 
 from standardwebhooks import Webhook
 
-from approvals.models import Agent, Call, NotificationChannel
-from approvals.services.notifications import channel_add
+from approvals.models import Agent, Call
+from notifications.channels import channel_add
+from notifications.models import NotificationChannel
 from tests.factories import agent_make, call_make, payment, rule_make
 from tests.receivers import Received
 
 SECRET = "whsec_" + base64.b64encode(b"countersign-outbox-test-key-0123").decode()
+# A webhook target whose path and query hold credentials, which audit entries must mask.
+HOOK = "https://hooks.example.test/countersign/T0KEN-in-the-path?key=also-secret"
 Event = NotificationChannel.Event
 HOLD_RULE = "big: pay arg=amount max USD 500.00 -> gate finance"
 

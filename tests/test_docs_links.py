@@ -39,6 +39,7 @@ SCANNED = (
     "Makefile",
     "docs",
     "approvals",
+    "notifications",
     "config",
     "capcore",
     "clients/python/README.md",

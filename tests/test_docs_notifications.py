@@ -1,5 +1,5 @@
 """docs/notifications.md's two receivers of webhooks work: the one with ``standardwebhooks``
-and the plain HMAC recipe each accept a real webhook sent by ``approvals.senders`` and refuse
+and the plain HMAC recipe each accept a real webhook sent by ``notifications.senders`` and refuse
 one signed with another secret."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from approvals.models import Notification, NotificationChannel
-from approvals.senders import SendResult, send
-from approvals.services.notifications import webhook_secret_new
+from notifications.channels import webhook_secret_new
+from notifications.models import Notification, NotificationChannel
+from notifications.senders import SendResult, send
 from tests.live import free_port
 from tests.receivers import http_receiver
 

@@ -18,7 +18,13 @@ SELVES = frozenset({"self", "cls"})
 def _modules() -> list[Path]:
     paths = [
         p
-        for folder in ("approvals", "capcore", "clients/python/countersign", "config")
+        for folder in (
+            "approvals",
+            "notifications",
+            "capcore",
+            "clients/python/countersign",
+            "config",
+        )
         for p in (ROOT / folder).rglob("*.py")
     ]
     return [p for p in paths if "config/runtime" not in p.relative_to(ROOT).as_posix()]
@@ -102,7 +108,7 @@ def test_the_finder_finds_a_private_api(tmp_path: Path) -> None:
     ]
 
 
-OURS = ("approvals", "capcore", "countersign", "config")
+OURS = ("approvals", "notifications", "capcore", "countersign", "config")
 
 
 def _written_in(cls: type, value: object) -> bool:

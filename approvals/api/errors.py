@@ -3,6 +3,7 @@ messages, and its JSON body ``{"error": {"code", "message"}}`` (docs/api.md, "Er
 
 The API, the long-poll and the agent sockets all raise ``ApiError``; HTTP answers it with
 the body and its status, a socket closes with ``4000 + status`` (``4401``, ``4403``, ...).
+A domain refusal (``approvals.errors``) becomes one in ``api_error_of``, by its kind.
 No message repeats what the agent sent.
 """
 
@@ -13,6 +14,14 @@ from enum import StrEnum
 
 from django.http import JsonResponse
 
+from approvals.errors import (
+    ApplicationError,
+    Conflict,
+    Invalid,
+    NotFound,
+    NotPermitted,
+    Unavailable,
+)
 from config.runtime.asgi_types import Send
 
 
@@ -56,6 +65,8 @@ REQUEST_FAILED = "The request failed."
 
 # A WebSocket refusal is this plus the HTTP status it stands for.
 CLOSE_CODE_BASE = 4000
+# Seconds an agent is told to wait before it retries what was refused as unavailable.
+UNAVAILABLE_RETRY_AFTER = 1
 
 
 class ApiError(Exception):
@@ -82,6 +93,35 @@ class ApiError(Exception):
     @property
     def close_code(self) -> int:
         return CLOSE_CODE_BASE + self.status
+
+
+# The status and code of each kind of domain refusal, the first that matches.
+_KINDS: tuple[tuple[type[ApplicationError], int, Code], ...] = (
+    (NotFound, 404, Code.NOT_FOUND),
+    (NotPermitted, 403, Code.ERROR),
+    (Invalid, 400, Code.BAD_REQUEST),
+    (Conflict, 409, Code.ERROR),
+    (Unavailable, 503, Code.UNAVAILABLE),
+)
+
+
+def api_error_of(
+    error: ApplicationError, *, code: Code | None = None, message: str | None = None
+) -> ApiError:
+    """The agent's answer to a domain refusal: the status of its kind, with ``code`` and
+    ``message`` when the route has its own words for it (else the kind's code and the
+    error's message); an unavailable one says when to retry."""
+    status, kind_code = next(
+        ((status, kind_code) for kind, status, kind_code in _KINDS if isinstance(error, kind)),
+        (400, Code.BAD_REQUEST),
+    )
+    retry_after = UNAVAILABLE_RETRY_AFTER if isinstance(error, Unavailable) else None
+    return ApiError(
+        status,
+        code or kind_code,
+        message or error.message or REQUEST_FAILED,
+        retry_after=retry_after,
+    )
 
 
 def query_refusal(*, name: str, expected: str) -> ApiError:

@@ -17,6 +17,8 @@ from typing import Protocol
 import redis
 from django.conf import settings
 
+from approvals.errors import Unavailable
+
 # One round trip, atomic in Redis: drop what left the window, then count and maybe add.
 _SLIDING_LOG = """
 local key, now, window, limit = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -62,7 +64,7 @@ class LocalLimiter:
             return _seconds(log[0] + self.window_ms - now)
 
 
-class LimiterUnavailable(Exception):
+class LimiterUnavailable(Unavailable):
     """The count could not be read: the caller must refuse, not let the request through."""
 
 

@@ -36,6 +36,7 @@ from approvals.api.errors import (
     REQUEST_FAILED,
     ApiError,
     Code,
+    api_error_of,
     error_response,
     query_refusal,
     query_repeated,
@@ -52,8 +53,10 @@ from approvals.api.openapi import (
 )
 from approvals.api.ratelimit import LimiterUnavailable, submission_limiter
 from approvals.api.submissions import TEXT_LIMITS, submission_parse
+from approvals.errors import ApplicationError
 from approvals.models import Agent, Call
 from approvals.ops.metrics import RATE_LIMIT_REFUSALS, RateLimitRefusal
+from approvals.querydict import ParameterRepeated, query_value
 from approvals.selectors.calls import call_for_agent, call_state, calls_for_agent
 from approvals.services.calls import IdempotencyConflict, call_submit
 from approvals.services.lifecycle import AlreadyFinal, call_cancel
@@ -62,7 +65,6 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
 MAX_OFFSET = 10**9
 MAX_RUN_ID = TEXT_LIMITS["run_id"]  # a longer one was never stored
-UNAVAILABLE_RETRY_AFTER = 1  # seconds
 
 
 class AgentBearer(HttpAuthBase):
@@ -95,6 +97,12 @@ api = CountersignAPI(
 @api.exception_handler(ApiError)
 def _api_error(request: HttpRequest, error: ApiError) -> HttpResponse:
     return error_response(error)
+
+
+@api.exception_handler(ApplicationError)
+def _refused(request: HttpRequest, error: ApplicationError) -> HttpResponse:
+    # A route catches the refusals it has its own code for; any other is answered by kind.
+    return error_response(api_error_of(error))
 
 
 @api.exception_handler(ValidationError)
@@ -133,10 +141,10 @@ def _own_call(request: HttpRequest, call_id: str) -> Call:
 
 def _one(request: HttpRequest, name: str) -> str | None:
     """The parameter's value; None when absent, a ``400`` when it is given more than once."""
-    values = request.GET.getlist(name)
-    if len(values) > 1:
-        raise query_repeated(name=name)
-    return values[0] if values else None
+    try:
+        return query_value(request.GET, name)
+    except ParameterRepeated:
+        raise query_repeated(name=name) from None
 
 
 def _bounded_int(request: HttpRequest, name: str, default: int, low: int, high: int) -> int:
@@ -170,12 +178,10 @@ def calls_submit(request: HttpRequest) -> HttpResponse:
     limiter = submission_limiter()
     try:
         retry_after = None if limiter is None else limiter.hit(f"agent:{agent.pk}")
-    except LimiterUnavailable:
+    except LimiterUnavailable as error:
         RATE_LIMIT_REFUSALS.labels(RateLimitRefusal.LIMITER_UNAVAILABLE).inc()
         # Fail-closed: an uncounted submission could be one over the limit.
-        raise ApiError(
-            503, Code.UNAVAILABLE, LIMITER_UNAVAILABLE, retry_after=UNAVAILABLE_RETRY_AFTER
-        ) from None
+        raise api_error_of(error, message=LIMITER_UNAVAILABLE) from None
     if retry_after is not None:
         RATE_LIMIT_REFUSALS.labels(RateLimitRefusal.OVER_LIMIT).inc()
         raise ApiError(429, Code.RATE_LIMITED, RATE_LIMITED, retry_after=retry_after)
@@ -184,8 +190,10 @@ def calls_submit(request: HttpRequest) -> HttpResponse:
     )
     try:
         call, created = call_submit(agent=agent, submission=submission)
-    except IdempotencyConflict:
-        raise ApiError(409, Code.IDEMPOTENCY_CONFLICT, IDEMPOTENCY_CONFLICT) from None
+    except IdempotencyConflict as error:
+        raise api_error_of(
+            error, code=Code.IDEMPOTENCY_CONFLICT, message=IDEMPOTENCY_CONFLICT
+        ) from None
     if created:
         # As committed, with no approvals yet; anything that happens to it later reaches the
         # agent as it waits.
@@ -219,8 +227,8 @@ def calls_cancel(request: HttpRequest, call_id: str) -> HttpResponse:
     call = _own_call(request, call_id)
     try:
         call_cancel(agent=_agent(request), call_id=call.pk)
-    except AlreadyFinal:
-        raise ApiError(409, Code.ALREADY_FINAL, ALREADY_FINAL) from None
+    except AlreadyFinal as error:
+        raise api_error_of(error, code=Code.ALREADY_FINAL, message=ALREADY_FINAL) from None
     return JsonResponse(call_state(_own_call(request, call_id)))
 
 

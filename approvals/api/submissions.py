@@ -11,12 +11,12 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
-from dataclasses import dataclass, field
 
 import capcore
 from approvals import jsontext
 from approvals.api.errors import ApiError, Code
 from approvals.models import Agent
+from approvals.services.calls import Submission
 from capcore.budgets import parse_cost
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,127}", re.ASCII)
@@ -39,20 +39,6 @@ BAD_USAGE = "usage must be an object with non-negative integer token counts, a c
 BAD_USAGE += "decimal string with at most 9 fraction digits, and a known cost_currency."
 PRINCIPAL_FORBIDDEN = "This agent may not act for that principal."
 BAD_IDEMPOTENCY_KEY = f"Idempotency-Key must be at most {MAX_IDEMPOTENCY_KEY} characters."
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """A validated ``POST /calls`` body; ``request_sha256`` is the digest of the raw body."""
-
-    tool: str
-    arguments: str
-    principal: str
-    run_id: str = ""
-    context: str = ""
-    usage: capcore.Usage = field(default_factory=capcore.Usage)
-    idempotency_key: str | None = None
-    request_sha256: str = ""
 
 
 def _bad_request(message: str) -> ApiError:

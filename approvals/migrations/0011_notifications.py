@@ -1,6 +1,6 @@
 """The outbox of notifications, and the triggers by which a change to the channels renews
 the policy stamp: each process keeps the channel list under it, as it keeps agents' policies
-(``approvals.services.notifications``). The SQL is written out here, not imported, so that
+(``notifications.outbox``). The SQL is written out here, not imported, so that
 this migration stays what it was when the code around it changes."""
 
 from __future__ import annotations

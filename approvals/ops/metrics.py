@@ -3,12 +3,11 @@ prometheus-client's default registry beside its own process and Python series.
 
 Each server process counts what it serves: scrape every process (each listens on a port of its
 own). ``countersign_calls_pending`` is read from the database at each scrape, so every process
-shows the same figure, and so does ``countersign_notifications_pending``.
+shows the same figure. The notifications' series are theirs (notifications/metrics.py).
 
 Counts change after the transaction that makes the change commits, and the callers add one
 line each: ``call_submitted``, ``call_decided``, ``decision_pushed``, ``counted_sockets``
-around a WebSocket route, ``LONG_POLLS``, ``RATE_LIMIT_REFUSALS``, ``login_locked_out``,
-``notifications_attempted`` (a run's delivery attempts, once they are kept).
+around a WebSocket route, ``LONG_POLLS``, ``RATE_LIMIT_REFUSALS``, ``login_locked_out``.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from approvals.models import Call, Notification
+from approvals.models import Call
 from approvals.selectors.ops import calls_pending_count
 from config.runtime.asgi_types import ASGIApp, Receive, Scope, Send
 
@@ -95,17 +94,6 @@ LOGIN_LOCKOUTS = Counter(
     "Lockouts begun: a username and client address past COUNTERSIGN_LOGIN_FAILURES.",
 )
 
-NOTIFICATION_ATTEMPTS = Counter(
-    "countersign_notification_attempts",
-    "Delivery attempts of notifications, by result (delivered; failed: to be retried, or "
-    "given up, which also counts in countersign_notifications_failed).",
-    ["result"],
-)
-NOTIFICATIONS_FAILED = Counter(
-    "countersign_notifications_failed",
-    "Notifications given up on: every attempt failed for COUNTERSIGN_NOTIFY_RETRY_HOURS.",
-)
-
 # Every label value shows from the start, at zero, rather than once it first happens.
 for _verdict in (Call.Status.ALLOWED, Call.Status.REFUSED, Call.Status.PENDING):
     CALLS_SUBMITTED.labels(_verdict)
@@ -118,8 +106,6 @@ for _kind in SocketKind.ALL:
     OPEN_SOCKETS.labels(_kind)
 for _reason in RateLimitRefusal.ALL:
     RATE_LIMIT_REFUSALS.labels(_reason)
-for _result in ("delivered", "failed"):
-    NOTIFICATION_ATTEMPTS.labels(_result)
 
 PENDING_NAME = "countersign_calls_pending"
 PENDING_HELP = "Calls held for a decision now (read from the database at the scrape)."
@@ -135,23 +121,6 @@ class PendingCalls(Collector):
 
 
 REGISTRY.register(PendingCalls())
-
-NOTIFICATIONS_PENDING_NAME = "countersign_notifications_pending"
-NOTIFICATIONS_PENDING_HELP = (
-    "Notifications not yet delivered nor given up on (read from the database at the scrape)."
-)
-
-
-class PendingNotifications(Collector):
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(NOTIFICATIONS_PENDING_NAME, NOTIFICATIONS_PENDING_HELP)
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        count = Notification.objects.filter(status=Notification.Status.PENDING).count()
-        yield GaugeMetricFamily(NOTIFICATIONS_PENDING_NAME, NOTIFICATIONS_PENDING_HELP, value=count)
-
-
-REGISTRY.register(PendingNotifications())
 
 
 def call_submitted(call: Call) -> None:
@@ -214,13 +183,3 @@ def counted_sockets(kind: str, app: ASGIApp) -> ASGIApp:
                 gauge.dec()
 
     return counted
-
-
-def notifications_attempted(*, delivered: int, failed: int, failed_for_good: int) -> None:
-    """Count the delivery attempts of a run just kept (their transaction has committed)."""
-    if delivered:
-        NOTIFICATION_ATTEMPTS.labels("delivered").inc(delivered)
-    if failed:
-        NOTIFICATION_ATTEMPTS.labels("failed").inc(failed)
-    if failed_for_good:
-        NOTIFICATIONS_FAILED.inc(failed_for_good)

@@ -8,12 +8,16 @@ because a close before it is a bare HTTP 403. The database is the truth and push
 hints: each socket joins its groups first and then reads and sends the current state, so no
 change is lost between the two.
 
+A call socket follows its call with the waiter the long-poll uses too
+(``approvals.realtime.call_waiter``), fed by the socket's own channel.
+
 Access ends when it is taken away (docs/reliability.md): an agent socket listens on the
 groups of its token and its agent and closes with ``4401`` when the token is revoked or
-``4403`` when the agent is disabled (``notify.agent_sockets_close``), and reads its token
+``4403`` when the agent is disabled (``pushes.agent_sockets_close``), and reads its token
 again every ``ACCESS_RECHECK_SECONDS`` in case that message was lost. A page socket listens
 on its person's and its session's groups (a logout, a deactivation, a password change, lost
-permissions) and checks its session before each push and every ``SESSION_RECHECK_SECONDS``.
+permissions) and checks its session (Channels' ``get_user``) before each push and every
+``SESSION_RECHECK_SECONDS``.
 
 Fair sockets (``approvals.realtime.hub``): one person holds at most
 ``COUNTERSIGN_MAX_SOCKETS_PER_USER`` page sockets and one agent at most
@@ -29,34 +33,30 @@ push (``approvals.realtime.queue_updates``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Hashable, Iterable
 from datetime import UTC, datetime
 from importlib import import_module
 from typing import Any
-from urllib.parse import parse_qs
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
-from django.contrib.auth import (
-    BACKEND_SESSION_KEY,
-    HASH_SESSION_KEY,
-    SESSION_KEY,
-    load_backend,
-)
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.base import SessionBase
 from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
 from django.template.loader import render_to_string
 from django.utils import timezone
-from django.utils.crypto import constant_time_compare
 
 from approvals.api.auth import Bearer, authorization_values, bearer, bearer_still_valid
 from approvals.api.errors import ApiError
 from approvals.models import Agent, Call
 from approvals.ops.metrics import PushedVia, decision_pushed
+from approvals.querydict import query_value, scope_query
+from approvals.realtime.call_waiter import CallWaiter, ConsumerInbox
 from approvals.realtime.hub import (
     CLOSE_TOO_MANY,
     agent_socket_give_back,
@@ -86,12 +86,12 @@ from approvals.realtime.pushes import (
     token_group,
 )
 from approvals.realtime.queue_updates import QueuePush, ascii_html, queue_push
-from approvals.selectors.calls import call_for_agent, call_state
+from approvals.selectors.calls import call_state
 from approvals.selectors.deciders import may_view
 from approvals.web.call_page import call_page
 from approvals.web.queue_page import queue_for_user
 from config.runtime.consumer_dispatch import DispatchWithoutConnectionSweep
-from config.runtime.sweeper import ensure_sweeper_started, expire_due_now
+from config.runtime.sweeper import ensure_sweeper_started
 
 logger = logging.getLogger(__name__)
 
@@ -99,13 +99,8 @@ CLOSE_NORMAL = 1000
 CLOSE_BAD_REQUEST = 4400
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_FAILED = 1011  # what the server sends for a consumer that fails: the client reconnects
 
-# How soon a waiter tries again when its call is past its deadline but still pending (the
-# expiry failed, or lost a race with a decision that is still committing).
-EXPIRY_RETRY_SECONDS = 0.5
-# How often a socket with a pending call reads it again: the channel layer can drop a push
-# while the socket stays open, and then nothing else would tell the agent before the deadline.
-RECHECK_SECONDS = 30.0
 # How often an agent socket reads its token again, and a page socket its session, in case the
 # message that closes them was lost (the spec's bound for a session: at least every minute).
 ACCESS_RECHECK_SECONDS = 60.0
@@ -120,14 +115,12 @@ def parse_since(query_string: bytes) -> datetime | None:
     Raises ``ValueError`` when it is repeated or not an ISO 8601 time. A time without an
     offset is UTC.
     """
-    values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True).get("since")
-    if values is None:
+    value = query_value(scope_query(query_string), "since")
+    if value is None:
         return None
-    if len(values) != 1:
-        raise ValueError("since is given more than once")
     # An offset's "+" arrives as a space when the client did not percent-encode it; a space
     # is never part of a valid time, so reading it back as "+" only accepts more.
-    text = values[0].strip().replace(" ", "+")
+    text = value.strip().replace(" ", "+")
     try:
         moment = datetime.fromisoformat(text)
         if timezone.is_naive(moment):
@@ -150,22 +143,6 @@ def _still_valid(token_id: int) -> None:
 @database_sync_to_async
 def _owns_call(agent: Agent, call_id: uuid.UUID) -> bool:
     return Call.objects.filter(pk=call_id, agent=agent).exists()
-
-
-def _read_call_state(agent: Agent, call_id: uuid.UUID) -> State | None:
-    call = call_for_agent(agent=agent, call_id=call_id)
-    return None if call is None else call_state(call)
-
-
-_call_state = database_sync_to_async(_read_call_state)
-
-
-@database_sync_to_async
-def _call_state_still_valid(token_id: int, agent: Agent, call_id: uuid.UUID) -> State | None:
-    """The call's state, once the token is read again (raises ``ApiError`` if it no longer
-    holds)."""
-    bearer_still_valid(token_id=token_id)
-    return _read_call_state(agent, call_id)
 
 
 @database_sync_to_async
@@ -272,18 +249,14 @@ class _AgentConsumer(DispatchWithoutConnectionSweep, AsyncJsonWebsocketConsumer)
 
 class AgentCallConsumer(_AgentConsumer):
     """``/ws/v1/calls/<id>``: the call's state now, every change, and a ``1000`` close once it
-    is final. While the call is pending the socket also sleeps until its deadline and then
-    expires it itself, so the agent learns ``expired`` on time even if the sweep lags, and
-    reads the call now and then in case a push was lost."""
+    is final. Its waiter (``approvals.realtime.call_waiter``) also expires the call at its
+    deadline, so the agent learns ``expired`` on time even if the sweep lags, and reads the
+    call now and then in case a push was lost."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.agent: Agent | None = None
-        self.call_id: uuid.UUID | None = None
-        self._finished = False
-        self._last_sent: State | None = None
-        self._deadline: str | None = None  # the expires_at the timer is armed for
-        self._timer: asyncio.Task[None] | None = None
+        self._inbox = ConsumerInbox()
+        self._following: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         ensure_sweeper_started()
@@ -295,96 +268,51 @@ class AgentCallConsumer(_AgentConsumer):
         if not await _owns_call(found.agent, call_id):
             await self._end(CLOSE_NOT_FOUND)
             return
-        self.agent, self.call_id = found.agent, call_id
         self._wait_for(call_key(call_id))
-        await self._join(call_group(call_id))
+        await self._join(call_group(call_id))  # before the waiter's first read
+        waiter = CallWaiter(
+            agent=found.agent,
+            call_id=call_id,
+            token_id=found.token_id,
+            inbox=self._inbox,
+            via=PushedVia.CALL_SOCKET,
+        )
+        # A task of its own: the consumer goes on receiving the pushes its waiter needs.
+        self._following = asyncio.get_running_loop().create_task(self._follow(waiter))
+
+    async def _follow(self, waiter: CallWaiter) -> None:
         try:
-            state = await _call_state_still_valid(found.token_id, found.agent, call_id)
+            async with contextlib.aclosing(waiter.states()) as states:
+                async for state in states:
+                    await self._send_state(state)
+                    if state["status"] not in Call.Status.FINAL and self._access_watch is None:
+                        self._watch_access()
         except ApiError as error:
             await self._end(error.close_code)
             return
-        await self._deliver(state)
-        if not self._finished:
-            self._watch_access()
+        except Exception:
+            logger.exception("following call %s failed", waiter.call_id)
+            await self._end(CLOSE_FAILED)
+            return
+        await self._end(CLOSE_NORMAL)
+
+    async def call_changed(self, event: dict[str, Any]) -> None:
+        """A push from ``approvals.realtime.pushes``, for the waiter."""
+        self._inbox.hand(event)
+
+    def _stop_following(self) -> None:
+        task, self._following = self._following, None
+        # The waiter's own task ends the socket: it must not cancel its own last steps.
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
 
     async def _end(self, code: int) -> None:
-        self._finished = True
-        self._stop_timer()
+        self._stop_following()
         await super()._end(code)
 
     async def disconnect(self, code: int) -> None:
-        self._finished = True
-        self._stop_timer()
+        self._stop_following()
         await super().disconnect(code)
-
-    async def call_changed(self, event: dict[str, Any]) -> None:
-        """A push from ``approvals.realtime.pushes``: it carries the full state, no need to
-        re-read."""
-        state: State = event["call"]
-        if state.get("id") == str(self.call_id):
-            await self._deliver(state)
-            decision_pushed(state, via=PushedVia.CALL_SOCKET)
-
-    async def _read(self) -> State | None:
-        assert self.agent is not None
-        assert self.call_id is not None
-        return await _call_state(self.agent, self.call_id)
-
-    async def _deliver(self, state: State | None) -> None:
-        """Send a state unless it is a repeat; close after a final one; else (re)arm the
-        deadline timer, since the deadline can have been extended. None: the call is gone."""
-        if self._finished or state == self._last_sent:
-            return
-        if state is None:  # deleted while watched
-            await self._end(CLOSE_NOT_FOUND)
-            return
-        self._last_sent = state
-        if state["status"] in Call.Status.FINAL:
-            self._finished = True
-            self._stop_timer()
-            await self._send_state(state)
-            await self._end(CLOSE_NORMAL)
-            return
-        # Armed before the send's await, so that the latest state sent always sets the timer.
-        self._arm(state.get("expires_at"))
-        await self._send_state(state)
-
-    def _arm(self, expires_at: str | None) -> None:
-        if expires_at == self._deadline and self._timer is not None:
-            return
-        self._stop_timer()
-        self._deadline = expires_at
-        if expires_at is not None:
-            deadline = datetime.fromisoformat(expires_at)
-            self._timer = asyncio.get_running_loop().create_task(self._watch(deadline))
-
-    def _stop_timer(self) -> None:
-        timer, self._timer = self._timer, None
-        # The timer itself re-arms through _deliver: it must not cancel its own last steps.
-        if timer is not None and timer is not asyncio.current_task():
-            timer.cancel()
-
-    async def _watch(self, deadline: datetime) -> None:
-        """Read the call again every ``RECHECK_SECONDS`` and at its deadline, expiring it
-        then; send what changed. Ends once the call is final or its deadline moved (the new
-        deadline has its own watch)."""
-        while True:
-            remaining = (deadline - timezone.now()).total_seconds()
-            if remaining > 0:
-                await asyncio.sleep(min(remaining, RECHECK_SECONDS))
-            due = timezone.now() >= deadline
-            if due:
-                try:
-                    await expire_due_now()
-                except Exception:
-                    logger.exception("expiring call %s at its deadline failed", self.call_id)
-            await self._deliver(await self._read())
-            if self._finished or self._timer is not asyncio.current_task():
-                return
-            if due:
-                # Still pending past its deadline: the expiry failed, or lost a race with a
-                # decision that is still committing.
-                await asyncio.sleep(EXPIRY_RETRY_SECONDS)
 
 
 class AgentStreamConsumer(_AgentConsumer):
@@ -426,33 +354,32 @@ def _session_store(session_key: str) -> SessionBase:
     return store
 
 
-def _session_expiry(session_key: str, user_id: int) -> datetime | None:
-    """When this session expires, while it still is this person's login, made with their
-    current password, and they are active and may see the pages; None otherwise.
+async def _session_expiry(session_key: str, user_id: int) -> datetime | None:
+    """When this session expires, while it still is this person's login and they may see the
+    pages; None otherwise.
 
-    Django's ``get_user`` checks the same, but flushes the session or cycles its key when it
-    does not verify: here nothing is written, the next page request does that.
+    Channels' ``get_user`` checks the login (its backend, the person still active, the
+    password it was made with; a session whose password changed is flushed, as Django's own
+    ``get_user`` does) on a store read afresh: the scope's was read at connect.
     """
     store = _session_store(session_key)
-    backend_path = store.get(BACKEND_SESSION_KEY)
-    # A missing or expired session reads as empty.
-    if (
-        store.get(SESSION_KEY) != str(user_id)
-        or backend_path not in settings.AUTHENTICATION_BACKENDS
-    ):
+    scope: Any = {"session": store}  # all of a scope that get_user reads
+    user = await get_user(scope)
+    if not isinstance(user, User) or user.pk != user_id:
         return None
-    user = load_backend(backend_path).get_user(user_id)
-    if user is None or not may_view(user):
+    return await _viewer_session_expiry(user, store)
+
+
+@database_sync_to_async
+def _viewer_session_expiry(user: User, store: SessionBase) -> datetime | None:
+    if not may_view(user):
         return None
-    stored_hash = store.get(HASH_SESSION_KEY) or ""
-    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
-    if not any(constant_time_compare(stored_hash, known) for known in hashes):
-        return None  # the password changed since this login
     if isinstance(store, DatabaseSessionStore):
-        # get_expiry_date() counts from now unless an expiry was set: the row has the truth.
+        # get_expiry_date() counts from now unless the session set its own expiry: the row
+        # (the engine's documented model) has when it really ends.
         expiry: datetime | None = (
             store.get_model_class()
-            .objects.filter(session_key=session_key)
+            .objects.filter(session_key=store.session_key)
             .values_list("expire_date", flat=True)
             .first()
         )
@@ -490,7 +417,6 @@ def _call_html(user_id: int, call_id: uuid.UUID) -> str | None:
     )
 
 
-_session_expiry_async = page_database(_session_expiry)
 _queue_push_async = page_database(_queue_push)
 _call_html_async = page_database(_call_html)
 
@@ -630,7 +556,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
             return False
         self._expires = await shared(
             ("session", session_key, user_id),
-            lambda: _session_expiry_async(session_key, user_id),
+            lambda: _session_expiry(session_key, user_id),
             since=since,
         )
         if self._expired():
@@ -672,7 +598,8 @@ class QueueConsumer(_PageConsumer):
     the number of their sockets."""
 
     def _concerns(self, state: State) -> bool:
-        return state.get("status") not in Call.Status.NEVER_HELD
+        # A held call refused at approval leaves the queue; it carries a decision.
+        return state.get("status") not in Call.Status.NEVER_HELD or bool(state.get("decision"))
 
     def _view(self) -> tuple[Hashable, Callable[[], Any]]:
         user_id = self.user_id

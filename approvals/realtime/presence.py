@@ -38,6 +38,7 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
+from approvals.errors import Unavailable
 from approvals.models import Call
 from config.runtime.redis_layer import CancellableConnection
 
@@ -326,7 +327,7 @@ class RedisPresence(_Backend):
         self._sync.close()
 
 
-class PresenceUnknown(Exception):
+class PresenceUnknown(Unavailable):
     """Redis did not answer: nobody knows."""
 
 

@@ -23,7 +23,8 @@ def call_state(call: Call, *, approvals: Iterable[Approval] | None = None) -> di
     pending = call.status == Call.Status.PENDING
     edited = bool(call.original_arguments_sha256)
     decision = None
-    if call.status in Call.Status.DECIDED:
+    # A held call refused when its approval re-checked its sums was decided too (by nobody).
+    if call.status in Call.Status.DECIDED or call.decided_at is not None:
         by = call.decided_by.get_username() if call.decided_by is not None else None
         decision = {"by": by, "comment": call.decision_comment, "at": _iso(call.decided_at)}
     link = f"/api/v1/calls/{call.pk}"

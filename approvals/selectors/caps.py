@@ -3,19 +3,25 @@ against it, and what held it. Shared by the queue, the call page and the history
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import capcore
 from approvals.models import Call
+from approvals.selectors.ledgers import LedgerShown, Reserved
 from approvals.selectors.rules import StoredRule
 from capcore.caps import assess_caps
 
 
 @dataclass(frozen=True, slots=True)
 class CapLine:
-    """One cap rule read against one call, for people. ``spent``/``after`` are set for a
-    ``sum`` rule of a pending call: the ledger's total now and with this call added."""
+    """One cap rule read against one call, for people. The totals are set for a ``sum`` rule
+    of a pending call, as its approval's re-check counts them: ``spent`` recorded in the
+    window, ``reserved`` by the other held calls that count against this one (``reserved_by``
+    of them in all, the first ``reserved_first``), and ``after``, their sum with this call.
+    ``reserved_at_gate``: what calls held at this rule's own gate reserve besides, which
+    only that gate can record."""
 
     rule: str
     kind: str
@@ -24,7 +30,16 @@ class CapLine:
     limit: capcore.Limit | None
     note: str = ""
     spent: capcore.Limit | None = None
+    reserved: capcore.Limit | None = None
+    reserved_at_gate: capcore.Limit | None = None
+    reserved_by: int = 0
+    reserved_first: tuple[uuid.UUID, ...] = ()
     after: capcore.Limit | None = None
+
+    @property
+    def reserved_more(self) -> int:
+        """The held calls reserving here that are not linked."""
+        return self.reserved_by - len(self.reserved_first)
 
     @property
     def over(self) -> bool:
@@ -76,9 +91,12 @@ def _window_text(rule: capcore.Rule) -> str:
 
 
 def cap_line(
-    assessment: capcore.CapAssessment, *, spent: dict[capcore.LedgerKey, int] | None
+    assessment: capcore.CapAssessment,
+    *,
+    totals: Mapping[capcore.LedgerKey, LedgerShown] | None,
 ) -> CapLine:
-    """``spent``: the ledgers' totals for a pending call; None for a final one."""
+    """``totals``: the ledgers' totals for a pending call (a ledger absent has none yet);
+    None for a final one."""
     rule, limit, amount = assessment.rule, assessment.limit, assessment.amount
     line = CapLine(
         rule=rule.name,
@@ -90,17 +108,27 @@ def cap_line(
         limit=limit,
         note=assessment.not_assessable or "",
     )
-    if spent is None or assessment.ledger is None or line.amount is None or limit is None:
+    if totals is None or assessment.ledger is None or line.amount is None or limit is None:
         return line
-    total = spent.get(assessment.ledger, 0)
+    shown = totals.get(assessment.ledger)
+    spent = 0 if shown is None else shown.spent
+    reserved = Reserved() if shown is None else shown.reserved.reserved
+
+    def money(minor: int) -> capcore.Limit:
+        return capcore.Limit(limit.currency, limit.exponent, minor)
+
     return CapLine(
         rule=line.rule,
         kind=line.kind,
         window=line.window,
         amount=line.amount,
         limit=line.limit,
-        spent=capcore.Limit(limit.currency, limit.exponent, total),
-        after=capcore.Limit(limit.currency, limit.exponent, total + line.amount.minor),
+        spent=money(spent),
+        reserved=money(reserved.rechecked),
+        reserved_at_gate=money(reserved.held_for_rule),
+        reserved_by=0 if shown is None else shown.reserved.calls,
+        reserved_first=() if shown is None else shown.reserved.first,
+        after=money(spent + reserved.rechecked + line.amount.minor),
     )
 
 

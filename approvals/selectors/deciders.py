@@ -2,9 +2,9 @@
 
 A person may decide a call when they are active, hold ``approvals.decide_call``, are in the
 group of every gate the call is held at (superusers: every gate), and are not the call's own
-principal. It is written twice, side by side: as a set of call ids (a decision, a page) and
-as a filter for the database (the queue, which counts and picks its rows there);
-tests/approvals/test_ui_views.py holds the two to the same answer.
+principal. ``decidable_filter`` is the one definition, a filter on calls; the queue counts and
+picks its rows with it, and a decision or a page asks the database the same question
+(``calls_decidable``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ import uuid
 from collections.abc import Iterable
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import BooleanField, ExpressionWrapper, Q, Value
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet, Value
 
 from approvals.models import Call, Gate
-from approvals.selectors.gates import gates_groups
-from approvals.services.statements import HeldAtAny
+from approvals.services.statements import HeldAtAny, HeldAtMissingGate
 
 VIEW_PERMISSIONS = ("approvals.view_call", "approvals.decide_call")
 DECIDE_PERMISSION = "approvals.decide_call"
@@ -40,41 +39,53 @@ def required_approvals(gates: Iterable[str], required: dict[str, int]) -> int:
     return max((required.get(gate, 1) for gate in gates), default=1)
 
 
-def decidable_call_ids(*, user: User, calls: Iterable[Call]) -> set[uuid.UUID]:
-    """The calls ``user`` may decide, in at most two queries however many calls."""
-    if not user.is_active or not user.has_perm(DECIDE_PERMISSION):
-        return set()
-    own = user.get_username()
-    candidates = [call for call in calls if call.principal != own]
-    if user.is_superuser or not candidates:
-        return {call.pk for call in candidates}
-    gate_groups = gates_groups(names=sorted({gate for call in candidates for gate in call.gates}))
-    if not gate_groups:  # no gate of these calls is kept to a group
-        return {call.pk for call in candidates}
-    group_ids = set(user.groups.values_list("pk", flat=True))
-    return {
-        call.pk
-        for call in candidates
-        if all(gate_groups[gate] in group_ids for gate in call.gates if gate in gate_groups)
-    }
+def _closed_to(user: User) -> Q:
+    """Gates kept to a group ``user`` is not in."""
+    return Q(group__isnull=False) & ~Q(group__in=user.groups.values("pk"))
 
 
 def gates_for_user(*, user: User) -> tuple[dict[str, int], tuple[str, ...]]:
     """Every gate's required approvals, and the gates closed to ``user`` (held by a group
     they are not in), in one query."""
-    closed = Q(group__isnull=False) & ~Q(group__in=user.groups.values("pk"))
     rows = Gate.objects.annotate(
-        closed=ExpressionWrapper(closed, output_field=BooleanField())
+        closed=ExpressionWrapper(_closed_to(user), output_field=BooleanField())
     ).values_list("name", "required_approvals", "closed")
     required = {name: approvals for name, approvals, _ in rows}
     return required, tuple(sorted(name for name, _, shut in rows if shut))
 
 
+def _may_decide_any(user: User) -> bool:
+    return user.is_active and user.has_perm(DECIDE_PERMISSION)
+
+
 def decidable_filter(*, user: User, closed: tuple[str, ...]) -> Q:
-    """``decidable_call_ids`` as a filter on calls; ``closed`` from ``gates_for_user``."""
-    if not user.is_active or not user.has_perm(DECIDE_PERMISSION):
+    """The calls ``user`` may decide, as a filter on calls; ``closed`` from
+    ``gates_for_user``."""
+    if not _may_decide_any(user):
         return Q(Value(False))
     decidable = ~Q(principal=user.get_username())
-    if closed and not user.is_superuser:
-        decidable &= ~Q(HeldAtAny(closed))
+    if not user.is_superuser:
+        # A gate nobody configured any more has no group to check: a superuser decides.
+        decidable &= ~Q(HeldAtMissingGate())
+        if closed:
+            decidable &= ~Q(HeldAtAny(closed))
     return decidable
+
+
+def calls_decidable(*, user: User) -> QuerySet[Call]:
+    """The calls ``user`` may decide, whatever their status."""
+    if not _may_decide_any(user):
+        return Call.objects.none()
+    closed: tuple[str, ...] = ()
+    if not user.is_superuser:
+        kept = Gate.objects.filter(_closed_to(user)).order_by("name")
+        closed = tuple(kept.values_list("name", flat=True))
+    return Call.objects.filter(decidable_filter(user=user, closed=closed))
+
+
+def decidable_call_ids(*, user: User, calls: Iterable[Call]) -> set[uuid.UUID]:
+    """Which of ``calls`` ``user`` may decide, as the database answers it."""
+    ids = [call.pk for call in calls]
+    if not ids:
+        return set()
+    return set(calls_decidable(user=user).filter(pk__in=ids).values_list("pk", flat=True))

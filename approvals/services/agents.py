@@ -16,8 +16,10 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from approvals.errors import Invalid
 from approvals.models import Agent, AgentToken, AuditEntry
 from approvals.realtime import pushes
+from approvals.services.admin_changes import model_delete, model_save
 from approvals.services.audit import audit_record, audit_snapshot
 
 TOKEN_PREFIX = "cs_"  # noqa: S105 (a marker, not a secret)
@@ -27,14 +29,18 @@ UNKNOWN_MODE = "unknown permission mode; one of: " + ", ".join(sorted(Agent.Mode
 _MAX_NAME_LENGTH = Agent._meta.get_field("name").max_length or 200
 
 
+class AgentInvalid(Invalid):
+    """A name, principal or mode that cannot be stored; the message never repeats it."""
+
+
 def _checked(value: str, what: str) -> str:
     """A name or principal: not empty, no surrounding blanks, short enough. The error says
     what was wrong, never the value."""
     value = value.strip()
     if not value:
-        raise ValueError(f"the {what} is empty")
+        raise AgentInvalid(f"the {what} is empty")
     if len(value) > _MAX_NAME_LENGTH:
-        raise ValueError(f"the {what} is longer than {_MAX_NAME_LENGTH} characters")
+        raise AgentInvalid(f"the {what} is longer than {_MAX_NAME_LENGTH} characters")
     return value
 
 
@@ -54,12 +60,12 @@ def agent_create_or_update(
 ) -> Agent:
     """The agent called ``name``, created if missing (its principal defaulting to its name);
     each option given updates it. ``allow_principals`` is comma-separated globs (``*`` = any)
-    besides the agent's own principal. An unknown ``mode`` is a ``ValueError``."""
+    besides the agent's own principal. An unknown ``mode`` is an ``AgentInvalid``."""
     name = _checked(name, "agent name")
     if principal is not None:
         principal = _checked(principal, "principal")
     if mode is not None and mode not in Agent.Mode.values:
-        raise ValueError(UNKNOWN_MODE)
+        raise AgentInvalid(UNKNOWN_MODE)
     agent = Agent.objects.select_for_update().filter(name=name).first()
     created = agent is None
     before = "" if agent is None else audit_snapshot(agent)
@@ -164,24 +170,23 @@ def agent_token_rotate(*, agent: Agent, by_user: User | None = None) -> str:
 
 
 @transaction.atomic
-def agent_save(*, agent: Agent) -> Agent:
-    """Save an agent changed in memory (admin's form, which audits the change itself); when
-    this disables it, its open sockets close with ``4403`` and its long-polls answer
-    ``403``."""
+def agent_save(*, agent: Agent, by_user: User | None = None) -> Agent:
+    """Save an agent changed in memory (admin's form), audited as an admin add or change;
+    when this disables it, its open sockets and long-polls end (``CLOSE_AGENT_DISABLED``)."""
     was_active = (
         agent.pk is not None
         and Agent.objects.select_for_update().filter(pk=agent.pk, active=True).exists()
     )
-    agent.save()
+    model_save(instance=agent, actor=by_user)
     if was_active and not agent.active:
         pushes.agent_sockets_close(agent_id=agent.pk, code=pushes.CLOSE_AGENT_DISABLED)
     return agent
 
 
 @transaction.atomic
-def agent_delete(*, agent: Agent) -> None:
-    """Delete an agent and its tokens (admin's delete, which audits it): its open sockets
-    close with ``4401``, as the tokens no longer exist."""
+def agent_delete(*, agent: Agent, by_user: User | None = None) -> None:
+    """Delete an agent and its tokens, audited as an admin delete: its open sockets end as
+    for a revoked token (``CLOSE_TOKEN_REVOKED``), as the tokens no longer exist."""
     agent_id = agent.pk
-    agent.delete()
+    model_delete(instance=agent, actor=by_user)
     pushes.agent_sockets_close(agent_id=agent_id, code=pushes.CLOSE_TOKEN_REVOKED)

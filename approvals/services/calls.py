@@ -5,33 +5,39 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError
 from django.utils import timezone
 
 import capcore
-from approvals.api.submissions import Submission
+from approvals.errors import Conflict, NotFound
 from approvals.models import (
     Agent,
     AuditEntry,
     Call,
     Ledger,
     LedgerEntry,
-    NotificationChannel,
     RunCost,
     RunCounter,
 )
 from approvals.ops import metrics
 from approvals.realtime.pushes import notify_call
+from approvals.selectors.calls import call_findings
 from approvals.selectors.gates import hold_seconds
-from approvals.selectors.ledgers import ledger_identity, ledgers_by_identity, ledgers_spent
+from approvals.selectors.ledgers import (
+    Reserved,
+    ledger_identity,
+    ledgers_by_identity,
+    ledgers_reserved,
+    ledgers_spent,
+)
 from approvals.selectors.policies import AgentPolicy, policy_at_stamp, policy_for_agent
 from approvals.services.audit import audit_record
-from approvals.services.notifications import EVENT_OF_STATUS, notifications_enqueue
+from approvals.services.ledgers import ledger_reservations_release, ledger_reserve
 from approvals.services.statements import (
     ledger_hours_add,
     policy_stamp_read,
@@ -39,6 +45,7 @@ from approvals.services.statements import (
     run_counter_count,
 )
 from config.runtime.sqlite_writers import write_transaction
+from notifications.outbox import notifications_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +53,26 @@ IDEMPOTENCY_WINDOW = timedelta(hours=24)
 LEDGER_VANISHED = "a ledger was deleted while a call was being checked against it"
 
 
-class IdempotencyConflict(Exception):
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A call as an agent submits it, checked (``approvals.api.submissions``);
+    ``request_sha256`` is the digest of the raw body."""
+
+    tool: str
+    arguments: str
+    principal: str
+    run_id: str = ""
+    context: str = ""
+    usage: capcore.Usage = field(default_factory=capcore.Usage)
+    idempotency_key: str | None = None
+    request_sha256: str = ""
+
+
+class CallNotFound(NotFound):
+    """No such call."""
+
+
+class IdempotencyConflict(Conflict):
     """The same Idempotency-Key came with a different body."""
 
 
@@ -131,10 +157,20 @@ def ledger_record(
     ledger_hours_add((entry.ledger_id, now, entry.minor) for entry in entries)
 
 
+def cap_rules_held_for(findings: Iterable[capcore.Finding]) -> frozenset[str]:
+    """The casefolded names of the cap rules among a call's findings: the rules it is held
+    (or refused) for."""
+    return frozenset(
+        f.rule.casefold() for f in findings if f.policy is capcore.Policy.CAP and f.rule
+    )
+
+
 def call_end(
     *, call: Call, status: Call.Status, comment: str, now: datetime, user: User | None = None
 ) -> None:
-    """Make a call final (the caller holds its row's lock and has checked it is pending)."""
+    """Make a call final and release what it reserves (the caller holds its row's lock, has
+    checked it is pending, and has recorded its amounts if it is approved)."""
+    ledger_reservations_release(call_id=call.pk)
     call.status = status
     call.decided_at = now
     call.decided_by = user
@@ -144,7 +180,7 @@ def call_end(
         update_fields=["status", "decided_at", "decided_by", "decision_comment", "updated_at"]
     )
     metrics.call_decided(call)
-    notifications_enqueue(call=call, event=EVENT_OF_STATUS[status], now=now)
+    notifications_enqueue(call=call, now=now)
 
 
 def records_to_json(records: Sequence[capcore.LedgerRecord]) -> list[dict[str, object]]:
@@ -158,15 +194,6 @@ def records_to_json(records: Sequence[capcore.LedgerRecord]) -> list[dict[str, o
         }
         for r in records
     ]
-
-
-def records_from_json(stored: list[dict[str, Any]]) -> tuple[capcore.LedgerRecord, ...]:
-    return tuple(
-        capcore.LedgerRecord(
-            capcore.LedgerKey(item["rule"], item["currency"], item["key_digest"]), item["minor"]
-        )
-        for item in stored
-    )
 
 
 def _key_holder(agent: Agent, submission: Submission) -> Call | None:
@@ -201,11 +228,24 @@ def _spent(
     ledgers: dict[capcore.LedgerKey, Ledger],
     windows: dict[str, capcore.Window | None],
     now: datetime,
+    *,
+    recheck_of: uuid.UUID | None = None,
 ) -> dict[capcore.LedgerKey, int]:
+    """Each ledger's recorded total within its window plus what held calls reserve there:
+    all of it for a new call; for a held call checked again (``recheck_of``), what the
+    others reserve but the calls held for the ledger's rule, which only that rule's gate
+    can record (docs/rules.md, "Held calls reserve")."""
     spent = ledgers_spent(
         windows={ledger.pk: windows[key.rule] for key, ledger in ledgers.items()}, now=now
     )
-    return {key: spent[ledger.pk] for key, ledger in ledgers.items()}
+    reserved = ledgers_reserved(
+        ledger_ids=[ledger.pk for ledger in ledgers.values()], leave_out=recheck_of
+    )
+    totals = {}
+    for key, ledger in ledgers.items():
+        held = reserved.get(ledger.pk, Reserved())
+        totals[key] = spent[ledger.pk] + (held.total if recheck_of is None else held.rechecked)
+    return totals
 
 
 def _evaluation(
@@ -213,7 +253,7 @@ def _evaluation(
     policy: AgentPolicy,
     request: capcore.CallRequest,
     counters: capcore.RunCounters,
-    ledgers: dict[capcore.LedgerKey, Ledger],
+    spent: dict[capcore.LedgerKey, int],
     now: datetime,
 ) -> capcore.Evaluation:
     """Every policy on ``request``, with the run counters as they stood before it and the
@@ -227,7 +267,7 @@ def _evaluation(
         counters=counters,
         cap_rules=policy.cap_rules,
         cap_rules_unreadable=policy.cap_rules_unreadable,
-        spent=_spent(ledgers, policy.windows, now),
+        spent=spent,
     )
     evaluation = capcore.evaluate_call(request, state)
     if evaluation.error is not None:
@@ -263,9 +303,10 @@ def call_evaluate_again(
     """``call`` with other ``arguments`` (an approver's edit), evaluated by every policy as
     a new submission of the same agent, principal, run and tool would be now, except that
     the call is not counted twice: its own count and usage are in the run counters already
-    (no usage is added), and its own amounts are in no ledger while it is held. Runs in the
-    caller's transaction; the ledgers the edited call touches are locked and returned for
-    recording, with the time read once they were."""
+    (no usage is added), and its sums are checked as a held call's are when it is approved
+    (its own reservation left out; ``_spent``). Runs in the caller's transaction; the
+    ledgers the edited call touches are locked and returned for recording, with the time
+    read once they were."""
     agent = call.agent
     policy = policy_for_agent(agent=agent)
     request = capcore.CallRequest(
@@ -274,7 +315,33 @@ def call_evaluate_again(
     ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
     now = clock or timezone.now()
     counters = _counters_standing(agent, policy.budget, call, now)
-    return _evaluation(agent, policy, request, counters, ledgers, now), ledgers, now
+    spent = _spent(ledgers, policy.windows, now, recheck_of=call.pk)
+    return _evaluation(agent, policy, request, counters, spent, now), ledgers, now
+
+
+def call_sums_recheck(
+    *, call: Call, now: datetime
+) -> tuple[capcore.Evaluation, dict[capcore.LedgerKey, Ledger]]:
+    """A held call's ``sum`` rules as they are now, checked again under its ledgers' locks
+    once its quorum is met (``capcore.recheck_sums``); the ledgers are returned locked, for
+    recording or reserving. Runs in the caller's transaction."""
+    agent = call.agent
+    policy = policy_for_agent(agent=agent)
+    request = capcore.CallRequest(
+        tool=call.tool, arguments_text=call.arguments, principal=call.principal, run_id=call.run_id
+    )
+    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
+    state = capcore.PolicyState(
+        now=now,
+        cap_rules=policy.cap_rules,
+        cap_rules_unreadable=policy.cap_rules_unreadable,
+        spent=_spent(ledgers, policy.windows, now, recheck_of=call.pk),
+    )
+    held_for = cap_rules_held_for(call_findings(call))
+    evaluation = capcore.recheck_sums(request, state, held_for=held_for)
+    if evaluation.error is not None:
+        logger.error("policy error re-checking call %s", call.pk, exc_info=evaluation.error)
+    return evaluation, ledgers
 
 
 def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
@@ -293,7 +360,8 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
     # would be older than the entries recorded meanwhile.
     now = clock or timezone.now()
     counters = _counted(agent, policy.budget, submission, now)
-    evaluation = _evaluation(agent, policy, request, counters, ledgers, now)
+    spent = _spent(ledgers, policy.windows, now)
+    evaluation = _evaluation(agent, policy, request, counters, spent, now)
     verdict = evaluation.verdict
     call = Call(
         agent=agent,
@@ -320,12 +388,15 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
     call.save(force_insert=True)
     if verdict.status is capcore.Status.ALLOWED:
         ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
+    elif verdict.status is capcore.Status.PENDING:
+        held_for = cap_rules_held_for(verdict.reasons)
+        ledger_reserve(
+            call=call, records=evaluation.records, ledgers=ledgers, held_for=held_for, now=now
+        )
     audit_record(action=AuditEntry.Action.call(verdict.status.value), obj=call, agent=agent, at=now)
     metrics.call_submitted(call)
     if call.status == Call.Status.PENDING:
-        notifications_enqueue(
-            call=call, event=NotificationChannel.Event.HELD, now=now, stamp=stamp, approvals=()
-        )
+        notifications_enqueue(call=call, now=now, stamp=stamp, approvals=())
     notify_call(call, approvals=())  # a new call has none to read
     return call
 

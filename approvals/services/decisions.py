@@ -1,6 +1,7 @@
 """A human's decision on a held call: who may decide, the quorum, one deny denies
-(docs/reliability.md, "Each held call ends exactly once"); an approval may edit the call's
-arguments first (docs/ui.md, "Edit, then approve")."""
+(docs/reliability.md, "Each held call ends exactly once"), the call's sums checked again when
+the quorum is met (docs/rules.md, "Approval re-checks the sums"); an approval may edit the
+call's arguments first (docs/ui.md, "Edit, then approve")."""
 
 from __future__ import annotations
 
@@ -17,53 +18,46 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 import capcore
+from approvals import errors
 from approvals.models import Approval, AuditEntry, Call, Ledger, PermissionRule
 from approvals.realtime.pushes import notify_call, pushes_together
 from approvals.selectors.calls import call_findings
-from approvals.selectors.deciders import decidable_call_ids, required_approvals
+from approvals.selectors.deciders import calls_decidable, required_approvals
 from approvals.selectors.gates import gates_required_approvals
 from approvals.services.audit import audit_entries_record, audit_entry
 from approvals.services.calls import (
+    CallNotFound,
     call_end,
     call_evaluate_again,
     call_lock,
-    ledger_lock,
+    call_sums_recheck,
+    cap_rules_held_for,
     ledger_record,
-    records_from_json,
     records_to_json,
 )
+from approvals.services.ledgers import ledger_reservations_release, ledger_reserve
 from capcore.permissions import held_by_mode_only
 from config.runtime.sqlite_writers import write_transaction
+from notifications.outbox import notifications_enqueue
 
 DEFAULT_DENY_COMMENT = "Denied by a reviewer. Do not retry this call unchanged."
+RECHECK_REFUSED = "Refused when approved: {rules} refuses it now."
 
 
-class DecisionError(Exception):
-    """A decision that changes nothing; ``status`` is the HTTP answer."""
-
-    status = 400
+class NotEligible(errors.NotPermitted):
+    """The user may not decide this call."""
 
 
-class CallNotFound(DecisionError):
-    status = 404
+class BadScope(errors.Invalid):
+    """A scope that does not exist, or a standing scope for a call not held by mode only."""
 
 
-class NotEligible(DecisionError):
-    status = 403
+class DecisionConflict(errors.Conflict):
+    """The call is final, changed since it was shown, or decided by this user already."""
 
 
-class BadScope(DecisionError):
-    status = 400
-
-
-class DecisionConflict(DecisionError):
-    status = 409
-
-
-class BadArguments(DecisionError):
+class BadArguments(errors.Invalid):
     """Edited arguments that are not a strict JSON object; the message is the reader's."""
-
-    status = 400
 
 
 class EditRefused(DecisionConflict):
@@ -91,13 +85,22 @@ class Conflict(enum.Enum):
 
 
 def user_may_decide(*, user: User, call: Call) -> bool:
-    """Active, holds ``approvals.decide_call``, in the group of every gate the call is held
-    at (superusers: every gate), and not the call's own principal."""
-    return call.pk in decidable_call_ids(user=user, calls=[call])
+    """Whether ``user`` may decide ``call`` as it is stored (``deciders.calls_decidable``)."""
+    return calls_decidable(user=user).filter(pk=call.pk).exists()
 
 
 def _required_approvals(call: Call) -> int:
     return required_approvals(call.gates, gates_required_approvals(names=call.gates))
+
+
+def _quorum_met(call: Call, approvals: Sequence[Approval]) -> bool:
+    """Whether every gate the call is held at has its required approvals, each approval
+    counting at the gates the call was held at when it was given (``Approval.gates``)."""
+    given = [a for a in approvals if a.approve and a.voided_at is None]
+    if not call.gates:
+        return bool(given)
+    required = gates_required_approvals(names=call.gates)
+    return all(sum(gate in a.gates for a in given) >= required.get(gate, 1) for gate in call.gates)
 
 
 def _digest(text: str) -> str:
@@ -160,6 +163,7 @@ def _approval_add(
         scope=scope,
         created_at=now,
         arguments_sha256=call.arguments_sha256,
+        gates=list(call.gates),
     )
     approval.save(force_insert=True)
     return approval
@@ -175,12 +179,102 @@ def _call_approve(
     scope: str,
     now: datetime,
 ) -> list[AuditEntry]:
-    """The quorum met: the amounts in the ledgers, the standing rule an ``always`` scope
-    asks for, and the call approved; the audit entries still to write."""
+    """The quorum met: the amounts in the ledgers (its reservations become entries), the
+    standing rule an ``always`` scope asks for, and the call approved; the audit entries
+    still to write."""
     ledger_record(call=call, records=records, ledgers=ledgers, now=now)
     entries = [] if scope == Approval.Scope.ONCE else [_allow_tool(call, scope, user, now)]
     call_end(call=call, status=Call.Status.APPROVED, comment=comment, now=now, user=user)
     return entries
+
+
+def _hold_again(
+    *,
+    call: Call,
+    recheck: capcore.Evaluation,
+    ledgers: dict[capcore.LedgerKey, Ledger],
+    approvals: Sequence[Approval],
+    now: datetime,
+) -> AuditEntry:
+    """The re-check found rules newly over that hold: the call stays pending at their gates
+    too. The approvals given so far keep counting at their gates, but not at these, whose
+    findings they did not see; one left counting nowhere is void, so its approver may
+    decide again. Its reservations are made again as the call now stands."""
+    findings = recheck.verdict.reasons
+    added = list(recheck.verdict.gates)
+    call.reasons = [*call.reasons, *(f.as_reason() for f in findings)]
+    call.gates = list(dict.fromkeys([*call.gates, *added]))
+    call.pending_records = records_to_json(recheck.records)
+    call.updated_at = now
+    call.save(update_fields=["reasons", "gates", "pending_records", "updated_at"])
+    for approval in approvals:
+        kept = [gate for gate in approval.gates if gate not in added]
+        if approval.voided_at is None and kept != approval.gates:
+            approval.gates = kept
+            if not kept:
+                approval.voided_at = now
+            approval.save(update_fields=["gates", "voided_at"])
+    ledger_reservations_release(call_id=call.pk)
+    ledger_reserve(
+        call=call,
+        records=recheck.records,
+        ledgers=ledgers,
+        held_for=cap_rules_held_for(call_findings(call)),
+        now=now,
+    )
+    notifications_enqueue(call=call, now=now)
+    return audit_entry(
+        action=AuditEntry.Action.CALL_PENDING,
+        obj=call,
+        after=json.dumps(
+            {"reasons": [f.as_reason() for f in findings], "gates": call.gates},
+            ensure_ascii=False,
+        ),
+        at=now,
+    )
+
+
+def _refuse_at_recheck(*, call: Call, verdict: capcore.Verdict, now: datetime) -> AuditEntry:
+    """The re-check found a rule newly over that refuses (or could not decide): the call is
+    refused, its reservations released."""
+    call.reasons = [*call.reasons, *(f.as_reason() for f in verdict.reasons)]
+    call.save(update_fields=["reasons"])
+    comment = RECHECK_REFUSED.format(rules=_rule_names(verdict.reasons))
+    call_end(call=call, status=Call.Status.REFUSED, comment=comment, now=now)
+    return audit_entry(action=AuditEntry.Action.CALL_REFUSED, obj=call, after=comment, at=now)
+
+
+def _approve_rechecked(
+    *,
+    call: Call,
+    approvals: Sequence[Approval],
+    user: User,
+    comment: str,
+    scope: str,
+    now: datetime,
+) -> tuple[list[AuditEntry], list[AuditEntry]]:
+    """The quorum met: the call's sums checked again under their ledgers' locks. Nothing
+    newly over: approved. A rule newly over: held at its gate too, or refused. The audit
+    entries to write before the approver's own, and after it."""
+    recheck, ledgers = call_sums_recheck(call=call, now=now)
+    verdict = recheck.verdict
+    if verdict.status is capcore.Status.ALLOWED:
+        before = _call_approve(
+            call=call,
+            records=recheck.records,
+            ledgers=ledgers,
+            user=user,
+            comment=comment,
+            scope=scope,
+            now=now,
+        )
+        return before, []
+    if verdict.status is capcore.Status.PENDING:
+        held = _hold_again(
+            call=call, recheck=recheck, ledgers=ledgers, approvals=approvals, now=now
+        )
+        return [], [held]
+    return [], [_refuse_at_recheck(call=call, verdict=verdict, now=now)]
 
 
 @write_transaction()
@@ -196,8 +290,8 @@ def call_decide(
     now: datetime | None = None,
 ) -> Call:
     """Record one eligible user's first decision; finish the call when the quorum is met or
-    on a deny. Raises a ``DecisionError`` (and changes nothing) otherwise, checked in the
-    order 404, 403, 400 (scope, edited arguments), 409.
+    on a deny. Otherwise raises, changing nothing, in this order: ``CallNotFound``,
+    ``NotEligible``, ``BadScope`` or ``BadArguments``, ``DecisionConflict``.
 
     ``arguments``: the approver's edit of the call's arguments (an approval only). Absent
     or byte-identical to the call's current arguments, it is an ordinary approval;
@@ -245,6 +339,7 @@ def call_decide(
         _approval_add(call=call, user=user, approve=approve, comment=comment, scope=scope, now=now)
     )
     entries: list[AuditEntry] = []
+    after: list[AuditEntry] = []
     if not approve:
         call_end(
             call=call,
@@ -253,17 +348,9 @@ def call_decide(
             now=now,
             user=user,
         )
-    elif sum(approval.approve for approval in approvals) >= _required_approvals(call):
-        records = records_from_json(call.pending_records)
-        ledgers = ledger_lock(tuple(sorted(record.ledger for record in records)))
-        entries += _call_approve(
-            call=call,
-            records=records,
-            ledgers=ledgers,
-            user=user,
-            comment=comment,
-            scope=scope,
-            now=now,
+    elif _quorum_met(call, approvals):
+        entries, after = _approve_rechecked(
+            call=call, approvals=approvals, user=user, comment=comment, scope=scope, now=now
         )
     else:
         call.updated_at = now
@@ -277,7 +364,7 @@ def call_decide(
             at=now,
         )
     )
-    audit_entries_record(entries)
+    audit_entries_record([*entries, *after])
     notify_call(call, approvals=approvals)
     return call
 
@@ -302,10 +389,6 @@ def _edit_and_approve(
         raise EditRefused(EDIT_REFUSED.format(rules=_rule_names(verdict.reasons)))
     before = {"arguments": call.arguments, "arguments_sha256": call.arguments_sha256}
     call.gates = list(verdict.gates)
-    if verdict.status is capcore.Status.PENDING and not user_may_decide(user=user, call=call):
-        raise EditNotEligible(EDIT_NOT_ELIGIBLE.format(gates=_gate_names(call.gates)))
-    if scope != Approval.Scope.ONCE and not held_by_mode_only(verdict.reasons):
-        raise BadScope
     if not call.original_arguments_sha256:
         call.original_arguments = call.arguments
         call.original_arguments_sha256 = call.arguments_sha256
@@ -326,6 +409,12 @@ def _edit_and_approve(
             "updated_at",
         ]
     )
+    # Checked once the edit is stored, where the database can answer for the new gates; a
+    # refusal rolls the edit back with the rest of the decision.
+    if verdict.status is capcore.Status.PENDING and not user_may_decide(user=user, call=call):
+        raise EditNotEligible(EDIT_NOT_ELIGIBLE.format(gates=_gate_names(call.gates)))
+    if scope != Approval.Scope.ONCE and not held_by_mode_only(verdict.reasons):
+        raise BadScope
     Approval.objects.filter(call=call, voided_at__isnull=True).update(voided_at=now)
     approval = _approval_add(
         call=call, user=user, approve=True, comment=comment, scope=scope, now=now
@@ -359,6 +448,15 @@ def _edit_and_approve(
             scope=scope,
             now=now,
         )
+    else:  # still held: its reservations as the edited call stands
+        ledger_reservations_release(call_id=call.pk)
+        ledger_reserve(
+            call=call,
+            records=evaluation.records,
+            ledgers=ledgers,
+            held_for=cap_rules_held_for(verdict.reasons),
+            now=now,
+        )
     entries.append(
         audit_entry(
             action=AuditEntry.Action.CALL_APPROVED, obj=call, user=user, after=comment, at=now
@@ -372,8 +470,8 @@ def _edit_and_approve(
 # --- Many at once (docs/ui.md, "Decide many at once") -----------------------------------------
 
 DECIDED = "decided"
-# Why one call of a batch was not decided, besides the ``Conflict`` values (409) and the
-# messages of the other ``DecisionError``s.
+# Why one call of a batch was not decided, besides the ``Conflict`` values and the messages
+# of the other refusals of ``call_decide``.
 BATCH_NOT_FOUND = "no such call"
 BATCH_NOT_ELIGIBLE = "you may not decide this call"
 BATCH_MALFORMED = "not a call id and the digest of its arguments"
@@ -386,12 +484,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
-    """One call of a batch: ``status`` 200 and ``reason`` ``DECIDED``, or the status the
-    single decision would have answered and why not. ``field`` is the value as posted."""
+    """One call of a batch: ``reason`` ``DECIDED``, or why the call was not decided.
+    ``field`` is the value as posted."""
 
     field: str
     call_id: uuid.UUID | None
-    status: int
     reason: str
     call: Call | None = None
 
@@ -411,12 +508,12 @@ def _batch_field(field: str) -> tuple[uuid.UUID, str] | None:
         return None
 
 
-def _refusal(error: DecisionError) -> str:
+def _refusal(error: errors.ApplicationError) -> str:
     if isinstance(error, CallNotFound):
         return BATCH_NOT_FOUND
     if isinstance(error, NotEligible):
         return BATCH_NOT_ELIGIBLE
-    return str(error) or BATCH_FAILED
+    return error.message or BATCH_FAILED
 
 
 def calls_decide(
@@ -441,7 +538,7 @@ def calls_decide(
         for field in calls:
             parsed = _batch_field(field)
             if parsed is None:
-                outcomes.append(BatchOutcome(field, None, 400, BATCH_MALFORMED))
+                outcomes.append(BatchOutcome(field, None, BATCH_MALFORMED))
                 continue
             call_id, digest = parsed
             if call_id in seen:
@@ -469,9 +566,9 @@ def _batch_decide(
             arguments_sha256=digest,
             now=now,
         )
-    except DecisionError as error:
-        return BatchOutcome(field, call_id, error.status, _refusal(error))
+    except errors.ApplicationError as error:
+        return BatchOutcome(field, call_id, _refusal(error))
     except Exception:
         logger.exception("deciding call %s of a batch failed", call_id)
-        return BatchOutcome(field, call_id, 500, BATCH_FAILED)
-    return BatchOutcome(field, call_id, 200, DECIDED, call)
+        return BatchOutcome(field, call_id, BATCH_FAILED)
+    return BatchOutcome(field, call_id, DECIDED, call)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from django.contrib.auth.models import Permission, User
 from django.db import transaction
+from django.dispatch import Signal
 
-from approvals.models import Agent, AgentToken, Gate, NotificationChannel
+from approvals.models import Agent, AgentToken, Gate
 from approvals.services.agents import agent_create_or_update, agent_token_rotate, token_digest
-from approvals.services.notifications import channel_add, channel_audit, channel_snapshot
 from approvals.services.rules import gate_ensure, rules_import
 
 DEMO_PASSWORD = "countersign-demo"  # noqa: S105 - a published demo login on 127.0.0.1
@@ -32,13 +32,9 @@ DEMO_URL_FILE = "demo_url"
 DEMO_DEFAULT_URL = "http://127.0.0.1:8000"
 DECIDE_CODENAME = "decide_call"
 DEMO_EMAIL_DOMAIN = "example.com"
-# make run's notifications: mail to the approvers, printed by the server (the console mail
-# backend under DEBUG), and a webhook to the server's own demo receiver, which prints each
-# one it verifies (approvals/senders/demo_receiver.py).
-DEMO_EMAIL_CHANNEL = "demo: mail to the approvers (printed by make run)"
-DEMO_EMAIL_EVENTS = (NotificationChannel.Event.HELD, NotificationChannel.Event.EXPIRING)
-DEMO_WEBHOOK_CHANNEL = "demo: webhook to make run's own receiver"
-DEMO_WEBHOOK_PATH = "/demo/webhook"
+# Sent in ``demo_ensure``'s transaction with ``url``, where the server is about to listen, so
+# that other apps set up their part of the demo (notifications/demo.py: its channels).
+demo_prepared = Signal()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +74,18 @@ AXES_CODENAMES = (
 def _admin() -> None:
     """The demo admin: staff with every permission of the approvals app but deciding, so
     they edit rules, gates, agents, tokens, budgets, tool classes and permission rules and
-    read calls, ledgers and the audit log, while the approvers decide (docs/ui.md); and they
-    read the failed logins and lift lockouts (axes' access attempts,
-    approvals/accounts/lockouts.py)."""
+    read calls, ledgers and the audit log, while the approvers decide (docs/ui.md); they edit
+    the notification channels; and they read the failed logins and lift lockouts (axes'
+    access attempts, approvals/accounts/lockouts.py)."""
     user, created = User.objects.get_or_create(username=DEMO_ADMIN)
     if created:
         user.set_password(DEMO_PASSWORD)
     user.is_staff = True
     user.save()
     user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="approvals").exclude(
-            codename=DECIDE_CODENAME
-        )
+        Permission.objects.filter(
+            content_type__app_label__in=("approvals", "notifications")
+        ).exclude(codename=DECIDE_CODENAME)
         | Permission.objects.filter(content_type__app_label="axes", codename__in=AXES_CODENAMES)
     )
 
@@ -108,33 +104,13 @@ def _demo_token(agent: Agent, stored: str | None) -> tuple[str, bool]:
     return agent_token_rotate(agent=agent), False
 
 
-def _demo_channels(url: str) -> None:
-    """The demo's two channels, made once (a channel an admin disabled stays so); the webhook
-    is pointed at the receiver of the server about to start at ``url``."""
-    if not NotificationChannel.objects.filter(name=DEMO_EMAIL_CHANNEL).exists():
-        channel_add(
-            kind=NotificationChannel.Kind.EMAIL,
-            target="approvers",
-            events=list(DEMO_EMAIL_EVENTS),
-            name=DEMO_EMAIL_CHANNEL,
-        )
-    target = url.rstrip("/") + DEMO_WEBHOOK_PATH
-    hook = NotificationChannel.objects.filter(name=DEMO_WEBHOOK_CHANNEL).first()
-    if hook is None:
-        channel_add(kind=NotificationChannel.Kind.WEBHOOK, target=target, name=DEMO_WEBHOOK_CHANNEL)
-    elif hook.target != target:
-        before = channel_snapshot(hook)
-        hook.target = target
-        hook.save(update_fields=["target"])
-        channel_audit(channel=hook, user=None, change=True, before=before)
-
-
 @transaction.atomic
 def demo_ensure(
     *, rules_file: Path, stored_token: str | None = None, url: str | None = None
 ) -> DemoSetup:
     """The demo, created or refreshed; ``stored_token`` is the token an earlier run printed;
-    with ``url`` (where the server is about to listen), its notification channels too."""
+    with ``url`` (where the server is about to listen), the other apps' parts too
+    (``demo_prepared``)."""
     for username in DEMO_APPROVERS:
         _approver(username)
     _admin()
@@ -148,7 +124,7 @@ def demo_ensure(
     agent_create_or_update(name=DEMO_PROMPT_AGENT, principal="acme-ops", mode=Agent.Mode.PROMPT)
     token, reused = _demo_token(agent, stored_token)
     if url is not None:
-        _demo_channels(url)
+        demo_prepared.send(sender=DemoSetup, url=url)
     return DemoSetup(
         approvers=DEMO_APPROVERS,
         admin=DEMO_ADMIN,

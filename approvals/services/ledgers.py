@@ -1,7 +1,10 @@
-"""Writes on ledgers beyond recording: voiding an entry for a payment that later failed."""
+"""Writes on ledgers beyond recording: held calls' reservations, and voiding an entry for a
+payment that later failed."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from django.contrib.auth.models import User
@@ -9,7 +12,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from approvals.models import AuditEntry, LedgerEntry, LedgerHour
+import capcore
+from approvals.errors import Conflict
+from approvals.models import AuditEntry, Call, Ledger, LedgerEntry, LedgerHour, LedgerReservation
 from approvals.services.audit import audit_record
 from approvals.services.statements import hour_of
 
@@ -22,8 +27,38 @@ HOUR_HAS_NO_TOTAL = (
 NO_SUCH_HOUR = "a voided entry's hour has no total to take it from"
 
 
-class VoidRefused(Exception):
-    pass
+class VoidRefused(Conflict):
+    """The entry cannot be voided as asked; the message says why."""
+
+
+def ledger_reserve(
+    *,
+    call: Call,
+    records: Sequence[capcore.LedgerRecord],
+    ledgers: Mapping[capcore.LedgerKey, Ledger],
+    held_for: Collection[str],
+    now: datetime,
+) -> None:
+    """Count a held call's amounts in its ledgers until it ends, in the caller's transaction,
+    which holds the ledgers' locks (so the next check of each ledger sees them). ``held_for``:
+    the casefolded names of the rules the call is held for."""
+    LedgerReservation.objects.bulk_create(
+        [
+            LedgerReservation(
+                ledger=ledgers[record.ledger],
+                call=call,
+                minor=record.minor,
+                held_for_rule=record.ledger.rule in held_for,
+                reserved_at=now,
+            )
+            for record in records
+        ]
+    )
+
+
+def ledger_reservations_release(*, call_id: uuid.UUID) -> None:
+    """The call's amounts no longer reserved: it ended, or is reserved again as it now is."""
+    LedgerReservation.objects.filter(call_id=call_id).delete()
 
 
 def ledger_hour_take(*, ledger_id: int, moment: datetime, minor: int) -> None:

@@ -9,20 +9,22 @@ from datetime import datetime, timedelta
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals.models import Agent, AuditEntry, Call, NotificationChannel
+from approvals.errors import Conflict
+from approvals.models import Agent, AuditEntry, Call
 from approvals.ops import metrics
 from approvals.realtime.pushes import notify_call
 from approvals.selectors.gates import hold_seconds
 from approvals.services.audit import audit_record
-from approvals.services.calls import call_end, call_lock
-from approvals.services.notifications import notifications_enqueue
+from approvals.services.calls import CallNotFound, call_end, call_lock
+from approvals.services.ledgers import ledger_reservations_release
 from config.runtime.sqlite_writers import write_transaction
+from notifications.outbox import notifications_enqueue
 
 CANCELLED_COMMENT = "Cancelled by the agent."
 EXPIRED_COMMENT = "No decision before the deadline: treated as a denial."
 
 
-class AlreadyFinal(Exception):
+class AlreadyFinal(Conflict):
     """The call is final (or was extended once already): nothing changed."""
 
 
@@ -66,10 +68,11 @@ def calls_expire_due(*, now: datetime | None = None) -> int:
                 updated_at=now,
             )
             if won:
+                ledger_reservations_release(call_id=call_id)
                 call = Call.objects.get(pk=call_id)
                 audit_record(action=AuditEntry.Action.CALL_EXPIRED, obj=call, at=now)
                 metrics.call_decided(call)
-                notifications_enqueue(call=call, event=NotificationChannel.Event.EXPIRED, now=now)
+                notifications_enqueue(call=call, now=now)
                 notify_call(call)
                 expired += 1
     return expired
@@ -83,7 +86,7 @@ def call_extend(*, call_id: uuid.UUID, user: User, now: datetime | None = None) 
     """
     call = call_lock(call_id=call_id)
     if call is None:
-        raise Call.DoesNotExist
+        raise CallNotFound
     now = now or timezone.now()
     if (
         call.status != Call.Status.PENDING

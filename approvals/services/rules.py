@@ -13,32 +13,39 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 import capcore
+from approvals.errors import Conflict, Invalid
 from approvals.models import AuditEntry, Budget, CapRule, Gate
+from approvals.services.admin_changes import model_save
 from approvals.services.audit import audit_record, audit_snapshot
 from capcore.rules import check_rules
 
 _BLANKS = " \t"  # the grammar's blanks; any other character is the parser's to refuse
+FILE_REFUSED = "{count} line(s) of the rules file are refused: nothing was changed"
+REPLACE_REFUSED = (
+    "replacing would disable every enabled rule ({count}), as the file names none of them: "
+    "nothing was changed"
+)
 
 
-class CapRuleNameTaken(Exception):
+class CapRuleNameTaken(Conflict):
     """Another rule already has this name (names match under casefold)."""
 
 
-class RulesFileRefused(Exception):
+class RulesFileRefused(Invalid):
     """Lines of a rules file were refused: ``errors`` holds every one, in file order, each
     with its line and column. Nothing was changed."""
 
     def __init__(self, errors: list[capcore.RuleError]) -> None:
-        super().__init__(len(errors))
+        super().__init__(FILE_REFUSED.format(count=len(errors)))
         self.errors = tuple(errors)
 
 
-class RulesReplaceRefused(Exception):
+class RulesReplaceRefused(Conflict):
     """``replace`` would disable every enabled rule (``enabled`` of them), and ``force`` was
     not given: the file names none of them, most likely the wrong or an empty file."""
 
     def __init__(self, enabled: int) -> None:
-        super().__init__(enabled)
+        super().__init__(REPLACE_REFUSED.format(count=enabled))
         self.enabled = enabled
 
 
@@ -187,8 +194,9 @@ def rules_export() -> str:
 
 @transaction.atomic
 def budget_save(*, budget: Budget, by_user: User | None = None) -> Budget:
-    """Save a budget; a budget that holds calls at a gate creates that gate if missing."""
+    """Save a budget, audited as an admin add or change; a budget that holds calls at a gate
+    creates that gate if missing."""
     if budget.action == Budget.Action.GATE:
         gate_ensure(name=budget.gate, by_user=by_user)
-    budget.save()
+    model_save(instance=budget, actor=by_user)
     return budget

@@ -1,6 +1,6 @@
 """The few statements the ORM cannot express, written out and run through Django's cursor
-(docs/architecture.md, "One way to reach a table"), and the one query expression it cannot
-compile on SQLite. Everything else goes through the ORM.
+(docs/architecture.md, "One way to reach a table"), and the query expressions on a call's
+gate list it cannot compile on SQLite. Everything else goes through the ORM.
 
 Both supported databases (SQLite 3.35 or later, PostgreSQL) run each statement as written.
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from django.db import NotSupportedError, connection
 from django.db.models import BooleanField, F, Func
 
-from approvals.models import LedgerHour, RunCounter
+from approvals.models import Gate, LedgerHour, RunCounter
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -216,3 +216,45 @@ class HeldAtAny(Func):
         (gates_column,) = self.get_source_expressions()
         gates, params = compiler.compile(gates_column)
         return f"({gates} ?| %s)", (*params, list(self.names))
+
+
+class HeldAtMissingGate(Func):
+    """Whether a call's ``gates`` holds a name that no gate has (one renamed or deleted
+    behind its rules' back): such a call waits for a superuser (docs/policies.md). The
+    default gate always exists: without its row, it has the defaults."""
+
+    output_field = BooleanField()
+
+    def __init__(self) -> None:
+        super().__init__(F("gates"))
+
+    def as_sql(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotSupportedError("the queue reads gate lists on SQLite and PostgreSQL only")
+
+    def _names(self, connection: BaseDatabaseWrapper) -> str:
+        table = connection.ops.quote_name(Gate._meta.db_table)
+        return f"SELECT {connection.ops.quote_name('name')} FROM {table}"  # noqa: S608
+
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        (gates_column,) = self.get_source_expressions()
+        gates, params = compiler.compile(gates_column)
+        names = self._names(connection)
+        text = (
+            f"EXISTS (SELECT 1 FROM json_each({gates}) AS held "  # noqa: S608
+            f"WHERE held.value <> '' AND held.value NOT IN ({names}))"
+        )
+        return text, tuple(params)
+
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        (gates_column,) = self.get_source_expressions()
+        gates, params = compiler.compile(gates_column)
+        names = self._names(connection)
+        text = (
+            f"EXISTS (SELECT 1 FROM jsonb_array_elements_text({gates}) AS held(value) "  # noqa: S608
+            f"WHERE held.value <> '' AND held.value NOT IN ({names}))"
+        )
+        return text, tuple(params)

@@ -16,9 +16,12 @@ from approvals.realtime.presence import Waiting, presence_of
 from approvals.selectors.calls import call_findings
 from approvals.selectors.caps import CapLine, call_amounts, cap_assessments, cap_line
 from approvals.selectors.deciders import decidable_call_ids, required_approvals
-from approvals.selectors.ledgers import keys_spent
+from approvals.selectors.ledgers import LedgerShown, keys_shown
 from approvals.selectors.rules import stored_rules
 from capcore.permissions import held_by_mode_only
+
+# How many of the held calls reserving in a ledger the page links to.
+RESERVED_LINKS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,9 @@ class GateProgress:
     group: str
     approvals: int
     required: int
+    # No such gate (renamed or deleted behind the rules' back): only a superuser may decide.
+    # The default gate always exists, with the defaults when it has no row.
+    missing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +81,17 @@ class CallPage:
         return self.pending and self.may_decide and not self.call.extended
 
 
-def _spent(
-    assessments: tuple[capcore.CapAssessment, ...], *, now: datetime
-) -> dict[capcore.LedgerKey, int]:
-    """The spent totals of the ledgers of the ``sum`` rules that could read the call."""
+def _totals(
+    call: Call, assessments: tuple[capcore.CapAssessment, ...], *, now: datetime
+) -> dict[capcore.LedgerKey, LedgerShown]:
+    """The totals of the ledgers of the ``sum`` rules that could read the call: recorded,
+    and reserved by the other held calls."""
     windows = {
         a.ledger: a.rule.window
         for a in assessments
         if a.ledger is not None and a.amount is not None and a.limit is not None
     }
-    return keys_spent(windows=windows, now=now)
+    return keys_shown(windows=windows, now=now, leave_out=call.pk, first=RESERVED_LINKS)
 
 
 def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) -> CallPage | None:
@@ -114,7 +121,7 @@ def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) ->
         .order_by("at", "pk")
     )
     assessments = cap_assessments(call, stored_rules())
-    spent = _spent(assessments, now=now) if call.status == Call.Status.PENDING else None
+    totals = _totals(call, assessments, now=now) if call.status == Call.Status.PENDING else None
     gates = {
         gate.name: gate for gate in Gate.objects.filter(name__in=call.gates).select_related("group")
     }
@@ -122,13 +129,14 @@ def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) ->
     # Those given to an earlier version of the arguments (before an edit) are void.
     current = (a for a in call.approvals.all() if a.voided_at is None)
     approvals = tuple(sorted(current, key=lambda a: (a.created_at, a.pk)))
-    approved = sum(1 for approval in approvals if approval.approve)
+    # Each approval counts at the gates the call was held at when it was given.
     progress = tuple(
         GateProgress(
             name=name,
             group=gate.group.name if gate is not None and gate.group is not None else "",
-            approvals=approved,
+            approvals=sum(1 for a in approvals if a.approve and name in a.gates),
             required=required_approvals([name], required),
+            missing=gate is None and name != "",
         )
         for name in call.gates
         for gate in [gates.get(name)]
@@ -139,7 +147,7 @@ def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) ->
         arguments_readable=readable,
         audit=audit,
         amounts=call_amounts(assessments),
-        caps=tuple(cap_line(a, spent=spent) for a in assessments),
+        caps=tuple(cap_line(a, totals=totals) for a in assessments),
         gates=progress,
         approvals=approvals,
         required=required_approvals(call.gates, required),

@@ -22,6 +22,8 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
 from approvals.api.errors import BAD_QUERY, QUERY_REPEATED, QUERY_TOO_MANY
+from approvals.querydict import ParameterRepeated, query_values
+from approvals.web.htmx import HtmxHttpRequest
 
 QUERY_NUL = "A query parameter holds U+0000, which no page accepts."
 # The one parameter Django's own pages read as a single value (the login's, the admin's and
@@ -48,19 +50,18 @@ def bad_parameter(name: str, expected: str) -> str:
 
 def single_values(query: QueryDict, names: Iterable[str]) -> dict[str, str]:
     """The named parameters that are given, each with its value; ``BadQuery`` naming each
-    one given more than once, since which of its values counts would be a guess."""
-    given = {name: query.getlist(name) for name in names}
-    repeated = [name for name, values in given.items() if len(values) > 1]
-    if repeated:
-        raise BadQuery(QUERY_REPEATED.format(name=name) for name in repeated)
-    return {name: values[0] for name, values in given.items() if values}
+    one given more than once."""
+    try:
+        return query_values(query, names)
+    except ParameterRepeated as repeated:
+        raise BadQuery(QUERY_REPEATED.format(name=name) for name in repeated.names) from None
 
 
-def query_refused(request: HttpRequest, problems: Iterable[str]) -> HttpResponse:
+def query_refused(request: HtmxHttpRequest, problems: Iterable[str]) -> HttpResponse:
     """The ``400``: the page for a browser; for an htmx request the sentences as plain text,
     which ``countersign.js`` shows in the page's notice (htmx swaps no ``4xx``)."""
     problems = tuple(problems)
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         return HttpResponse(" ".join(problems), status=400, content_type="text/plain")
     return render(request, "400.html", {"problems": problems}, status=400)
 
@@ -83,7 +84,7 @@ class QueryStringCheck:
 
     def process_view(
         self,
-        request: HttpRequest,
+        request: HtmxHttpRequest,
         view: Callable[..., HttpResponse],
         args: tuple[object, ...],
         kwargs: dict[str, object],
@@ -97,15 +98,19 @@ class QueryStringCheck:
             return query_refused(request, [QUERY_TOO_MANY.format(most=most)])
         if getattr(view, "checks_own_query", False):
             return None
-        if len(query.getlist(NEXT)) > 1:
-            return query_refused(request, [QUERY_REPEATED.format(name=NEXT)])
-        if "\x00" in query.get(NEXT, ""):
+        try:
+            next_path = single_values(query, [NEXT]).get(NEXT, "")
+        except BadQuery as bad:
+            return query_refused(request, bad.problems)
+        if "\x00" in next_path:
             return query_refused(request, [bad_parameter(NEXT, NEXT_EXPECTED)])
         if any("\x00" in name or "\x00" in "".join(values) for name, values in query.lists()):
             return query_refused(request, [QUERY_NUL])
         return None
 
-    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+    def process_exception(
+        self, request: HtmxHttpRequest, exception: Exception
+    ) -> HttpResponse | None:
         """A page's ``SuspiciousOperation`` (the admin's, for a query naming a field it does
         not offer) is a ``400`` anyway; answered here, it is the site's page even under
         ``DEBUG``, where Django would show its traceback page. Logged as Django logs it."""

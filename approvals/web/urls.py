@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from django.conf import settings
 from django.urls import URLPattern, path
 
 from approvals.web import views
@@ -14,9 +13,3 @@ urlpatterns: list[URLPattern] = [
     path("calls/<uuid:call_id>/deny", views.call_deny, name="call-deny"),
     path("calls/<uuid:call_id>/extend", views.call_extend_deadline, name="call-extend"),
 ]
-
-# make run's own webhook receiver, for the demo's webhook channel (approvals/services/demo.py).
-if settings.DEBUG:
-    from approvals.senders.demo_receiver import demo_webhook
-
-    urlpatterns.append(path("demo/webhook", demo_webhook, name="demo-webhook"))

@@ -15,23 +15,26 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
+from approvals.errors import (
+    ApplicationError,
+    Conflict,
+    Invalid,
+    NotFound,
+    NotPermitted,
+    Unavailable,
+)
 from approvals.models import Approval
 from approvals.selectors.deciders import DECIDE_PERMISSION, may_view
-from approvals.services.decisions import (
-    BATCH_LIMIT,
-    DecisionError,
-    EditNotEligible,
-    call_decide,
-    calls_decide,
-)
-from approvals.services.lifecycle import AlreadyFinal, call_extend
+from approvals.services.decisions import BATCH_LIMIT, call_decide, calls_decide
+from approvals.services.lifecycle import call_extend
 from approvals.web.call_page import call_page
 from approvals.web.forms import HistoryFilterForm, history_page, posted_arguments
 from approvals.web.history_page import history_calls, history_rows
+from approvals.web.htmx import HtmxHttpRequest
 from approvals.web.querystring import BadQuery, checks_own_query, query_refused, single_values
 from approvals.web.queue_page import batch_result, queue_for_user
 
@@ -43,9 +46,19 @@ BATCH_BAD_VERB = "The verb must be approve or deny."
 BATCH_EMPTY = "Select at least one call."
 BATCH_TOO_MANY = f"At most {BATCH_LIMIT} calls at once."
 HISTORY_PARAMETERS = (*HistoryFilterForm.base_fields, "page")
+DECISION_REFUSED = "The decision was not recorded."
+EXTENSION_REFUSED = "The call is final or was extended already."
+# The status of each kind of domain refusal, the first that matches.
+REFUSAL_STATUSES: tuple[tuple[type[ApplicationError], int], ...] = (
+    (NotFound, 404),
+    (NotPermitted, 403),
+    (Invalid, 400),
+    (Conflict, 409),
+    (Unavailable, 503),
+)
 
 
-def _user(request: HttpRequest) -> User:
+def _user(request: HtmxHttpRequest) -> User:
     user = request.user
     assert isinstance(user, User)
     if not may_view(user):
@@ -53,18 +66,30 @@ def _user(request: HttpRequest) -> User:
     return user
 
 
-def _template(request: HttpRequest, name: str, partial: str) -> str:
+def _refused(error: ApplicationError, *, default: str) -> HttpResponse:
+    """A domain refusal as the page's answer: Django's 404 page, or its 403 page when the
+    refusal gives no reason; otherwise its kind's status and its message (else ``default``)
+    as text, which htmx shows beside the buttons."""
+    if isinstance(error, NotFound):
+        raise Http404 from None
+    if isinstance(error, NotPermitted) and not error.message:
+        raise PermissionDenied from None
+    status = next((status for kind, status in REFUSAL_STATUSES if isinstance(error, kind)), 400)
+    return HttpResponse(error.message or default, status=status, content_type="text/plain")
+
+
+def _template(request: HtmxHttpRequest, name: str, partial: str) -> str:
     """The page for a browser; only its named partial for an htmx request."""
-    return f"{name}#{partial}" if request.htmx else name  # type: ignore[attr-defined]
+    return f"{name}#{partial}" if request.htmx else name
 
 
 @checks_own_query
 @require_GET
 @login_required
-def queue(request: HttpRequest) -> HttpResponse:
+def queue(request: HtmxHttpRequest) -> HttpResponse:
     user = _user(request)
     context: dict[str, object] = {"queue": queue_for_user(user=user)}
-    if not request.htmx and BATCH_SESSION_KEY in request.session:  # type: ignore[attr-defined]
+    if not request.htmx and BATCH_SESSION_KEY in request.session:
         kept = request.session.pop(BATCH_SESSION_KEY)
         context["batch"] = batch_result(
             approve=bool(kept["approve"]), outcomes=[tuple(line) for line in kept["outcomes"]]
@@ -75,7 +100,7 @@ def queue(request: HttpRequest) -> HttpResponse:
 @checks_own_query
 @require_POST
 @login_required
-def calls_decide_many(request: HttpRequest) -> HttpResponse:
+def calls_decide_many(request: HtmxHttpRequest) -> HttpResponse:
     """``POST /calls/decide``: one decision per ``call`` field (``<id>:<arguments_sha256>``)
     with one ``verb`` and ``comment`` (docs/ui.md, "Decide many at once"). An htmx request
     gets the report (the queue's socket brings the rows' changes); the plain form is
@@ -95,7 +120,7 @@ def calls_decide_many(request: HttpRequest) -> HttpResponse:
         (str(o.call_id) if o.call_id is not None else o.field[:80], o.decided, o.reason)
         for o in outcomes
     ]
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         # The report only: the queue's socket is what changes the rows on the page
         # (approvals.realtime.queue_updates sends it only the rows that changed since its last
         # push).
@@ -105,7 +130,7 @@ def calls_decide_many(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect("/", status=303)
 
 
-def _render_call(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+def _render_call(request: HtmxHttpRequest, call_id: uuid.UUID) -> HttpResponse:
     user = _user(request)
     page = call_page(call_id=call_id, user=user)
     if page is None:
@@ -117,11 +142,11 @@ def _render_call(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
 @checks_own_query
 @require_GET
 @login_required
-def call_detail(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+def call_detail(request: HtmxHttpRequest, call_id: uuid.UUID) -> HttpResponse:
     return _render_call(request, call_id)
 
 
-def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpResponse:
+def _decide(request: HtmxHttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpResponse:
     user = _user(request)
     try:
         call_decide(
@@ -133,17 +158,9 @@ def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpR
             scope=request.POST.get("scope", Approval.Scope.ONCE),
             arguments=posted_arguments(request.POST) if approve else None,
         )
-    except DecisionError as error:
-        if error.status == 404:
-            raise Http404 from None
-        if error.status == 403 and not isinstance(error, EditNotEligible):
-            raise PermissionDenied from None
-        return HttpResponse(
-            str(error) or "The decision was not recorded.",
-            status=error.status,
-            content_type="text/plain",
-        )
-    if request.htmx:  # type: ignore[attr-defined]
+    except ApplicationError as error:
+        return _refused(error, default=DECISION_REFUSED)
+    if request.htmx:
         return _render_call(request, call_id)
     return HttpResponseRedirect(f"/calls/{call_id}/", status=303)
 
@@ -151,21 +168,21 @@ def _decide(request: HttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpR
 @checks_own_query
 @require_POST
 @login_required
-def call_approve(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+def call_approve(request: HtmxHttpRequest, call_id: uuid.UUID) -> HttpResponse:
     return _decide(request, call_id, approve=True)
 
 
 @checks_own_query
 @require_POST
 @login_required
-def call_deny(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+def call_deny(request: HtmxHttpRequest, call_id: uuid.UUID) -> HttpResponse:
     return _decide(request, call_id, approve=False)
 
 
 @checks_own_query
 @require_POST
 @login_required
-def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+def call_extend_deadline(request: HtmxHttpRequest, call_id: uuid.UUID) -> HttpResponse:
     user = _user(request)
     page = call_page(call_id=call_id, user=user)
     if page is None:
@@ -174,11 +191,9 @@ def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpRespon
         raise PermissionDenied
     try:
         call_extend(call_id=call_id, user=user)
-    except AlreadyFinal:
-        return HttpResponse(
-            "The call is final or was extended already.", status=409, content_type="text/plain"
-        )
-    if request.htmx:  # type: ignore[attr-defined]
+    except ApplicationError as error:
+        return _refused(error, default=EXTENSION_REFUSED)
+    if request.htmx:
         return _render_call(request, call_id)
     return HttpResponseRedirect(f"/calls/{call_id}/", status=303)
 
@@ -186,7 +201,7 @@ def call_extend_deadline(request: HttpRequest, call_id: uuid.UUID) -> HttpRespon
 @checks_own_query
 @require_GET
 @login_required
-def history(request: HttpRequest) -> HttpResponse:
+def history(request: HtmxHttpRequest) -> HttpResponse:
     _user(request)
     try:
         query = single_values(request.GET, HISTORY_PARAMETERS)

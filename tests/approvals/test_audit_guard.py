@@ -17,7 +17,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import ProtectedError
 from django.test import Client
 
-from approvals.admin import USER_KEPT, USERS_KEPT
+from approvals.admin.people import USER_KEPT, USERS_KEPT
 from approvals.models import AUDIT_NOT_CHANGED, AUDIT_NOT_DELETED, Agent, AuditEntry
 from approvals.services.audit import audit_record
 

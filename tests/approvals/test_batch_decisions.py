@@ -65,10 +65,10 @@ def test_each_call_is_decided_and_one_already_denied_is_reported(held: list[Call
         user=alice, approve=True, comment="all three", calls=[field(c) for c in held]
     )
 
-    assert [(o.call_id, o.status, o.reason) for o in outcomes] == [
-        (first.pk, 200, DECIDED),
-        (second.pk, 409, Conflict.FINAL.value),
-        (third.pk, 200, DECIDED),
+    assert [(o.call_id, o.decided, o.reason) for o in outcomes] == [
+        (first.pk, True, DECIDED),
+        (second.pk, False, Conflict.FINAL.value),
+        (third.pk, True, DECIDED),
     ]
     assert [status(c) for c in held] == ["approved", "denied", "approved"]
     assert Approval.objects.get(call=first, user=alice).comment == "all three"
@@ -87,11 +87,11 @@ def test_a_stale_digest_an_unknown_call_and_a_malformed_field_are_reported(
         comment="no",
         calls=[f"{first.pk}:{'0' * 64}", f"{MISSING}:{'0' * 64}", "nonsense", field(second)],
     )
-    assert [(o.status, o.reason) for o in outcomes] == [
-        (409, Conflict.STALE.value),
-        (404, BATCH_NOT_FOUND),
-        (400, BATCH_MALFORMED),
-        (200, DECIDED),
+    assert [(o.decided, o.reason) for o in outcomes] == [
+        (False, Conflict.STALE.value),
+        (False, BATCH_NOT_FOUND),
+        (False, BATCH_MALFORMED),
+        (True, DECIDED),
     ]
     assert [status(first), status(second)] == ["pending", "denied"]
 
@@ -100,7 +100,7 @@ def test_calls_the_user_may_not_decide_are_refused_one_by_one(held: list[Call]) 
     first, second, _ = held
     carol = user_make(username="carol")  # the calls' own principal
     outcomes = calls_decide(user=carol, approve=True, comment="", calls=[field(first)])
-    assert [(o.status, o.reason) for o in outcomes] == [(403, BATCH_NOT_ELIGIBLE)]
+    assert [(o.decided, o.reason) for o in outcomes] == [(False, BATCH_NOT_ELIGIBLE)]
 
     alice = user_make(username="alice")
     call_decide(
@@ -111,7 +111,10 @@ def test_calls_the_user_may_not_decide_are_refused_one_by_one(held: list[Call]) 
         arguments_sha256=second.arguments_sha256,
     )
     again = calls_decide(user=alice, approve=True, comment="", calls=[field(second), field(first)])
-    assert [(o.status, o.reason) for o in again] == [(409, Conflict.FINAL.value), (200, DECIDED)]
+    assert [(o.decided, o.reason) for o in again] == [
+        (False, Conflict.FINAL.value),
+        (True, DECIDED),
+    ]
     assert status(first) == "approved"
 
 
@@ -235,10 +238,10 @@ def test_a_call_whose_recording_fails_rolls_back_alone(
         user=user_make(username="alice"), approve=True, comment="", calls=[field(c) for c in held]
     )
 
-    assert [(o.status, o.reason) for o in outcomes] == [
-        (200, DECIDED),
-        (500, BATCH_FAILED),
-        (200, DECIDED),
+    assert [(o.decided, o.reason) for o in outcomes] == [
+        (True, DECIDED),
+        (False, BATCH_FAILED),
+        (True, DECIDED),
     ]
     assert [status(c) for c in held] == ["approved", "pending", "approved"]
     assert not Approval.objects.filter(call=second).exists()

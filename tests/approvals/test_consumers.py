@@ -9,12 +9,14 @@ from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
 
 from approvals.models import Agent, AgentToken, Call
 from approvals.realtime import consumers
+from approvals.realtime.pushes import call_group
 from approvals.selectors.calls import call_state
 from approvals.services.agents import (
     agent_save,
@@ -279,7 +281,7 @@ async def test_a_decision_whose_push_was_lost_reaches_the_open_socket(
 ) -> None:
     """The channel layer may drop a push while the socket stays open: the socket reads the
     call again on its own."""
-    monkeypatch.setattr("approvals.realtime.consumers.RECHECK_SECONDS", 0.3)
+    monkeypatch.setattr("approvals.realtime.call_waiter.RECHECK_SECONDS", 0.3)
     call = await submit(agent)
     communicator = await opened(call_path(call))
     assert (await receive_call(communicator))["status"] == "pending"
@@ -290,6 +292,17 @@ async def test_a_decision_whose_push_was_lost_reaches_the_open_socket(
     state = await receive_call(communicator)
     assert (state["status"], state["decision"]["comment"]) == ("approved", "fine")
     await assert_closed(communicator, 1000)
+
+
+async def test_a_repeated_push_is_not_sent_again(agent: Agent) -> None:
+    call = await submit(agent)
+    communicator = await opened(call_path(call))
+    state = await receive_call(communicator)
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.group_send(call_group(call.pk), {"type": "call.changed", "call": state})
+    assert await communicator.receive_nothing(0.3)
+    await communicator.disconnect()
 
 
 async def test_client_frames_are_ignored(agent: Agent) -> None:

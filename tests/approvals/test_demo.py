@@ -132,6 +132,7 @@ def test_the_demo_admin_can_use_the_admin_and_the_approvers_are_not_staff() -> N
     assert admin.get("/admin/").status_code == 200
     for model in ("caprule", "gate", "agent", "budget", "toolclass", "permissionrule"):
         assert admin.get(f"/admin/approvals/{model}/").status_code == 200, model
+    assert admin.get("/admin/notifications/notificationchannel/").status_code == 200
     line = "demo-admin-cap: pay arg=amount max USD 100.00 -> gate"
     added = admin.post("/admin/approvals/caprule/add/", {"line": line, "enabled": "on"})
     assert added.status_code == 302

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
@@ -38,7 +39,8 @@ QUEUE_QUERIES = 9  # the gates, both counts, each section's rows, the rules
 HISTORY_QUERIES = 8  # the filter form's list of agents included; the partial has no form
 HISTORY_PARTIAL_QUERIES = 7
 AGENT_FILTER_QUERIES = 1  # the chosen agent is looked up
-CALL_QUERIES = 14  # with approvals (their users) and sum rules (ledgers, then their totals)
+# With approvals (their users) and sum rules (ledgers, then their totals and reservations).
+CALL_QUERIES = 15
 QUEUE_PUSH_QUERIES = 9
 # Before each push, once per session: the session, the person, their own and their groups'
 # permissions, its expiry.
@@ -199,7 +201,7 @@ def test_the_queue_socket_render(
     for rounds in (FEW, MANY - FEW):
         fill(world, rounds)
         with django_assert_max_num_queries(SESSION_CHECK_QUERIES):
-            assert _session_expiry(key, world.alice.pk) is not None
+            assert async_to_sync(_session_expiry)(key, world.alice.pk) is not None
         with django_assert_max_num_queries(QUEUE_PUSH_QUERIES):
             pushed = _queue_push(world.alice.pk)
         assert pushed is not None
@@ -288,11 +290,14 @@ def test_the_call_page(world: World, django_assert_max_num_queries: DjangoAssert
 def test_the_richest_call_page_shows_every_row(world: World) -> None:
     _, rich, *_ = pages(world)
     html = html_of(browser(world.alice), f"/calls/{rich.pk}/")
-    # Its principal's day holds one approved 600.00; the week and month also an allowed 12.50.
+    # Its principal's day holds one approved 600.00; the week and month also an allowed 12.50,
+    # and the two other held payments of 1,250.00 (other principals) reserve there.
     spent = re.findall(r'data-label="Spent now"><span>([^<]+)</span>', html)
+    reserved = re.findall(r'data-label="Reserved"><span>([^<]+)</span>', html)
     after = re.findall(r'data-label="After approval"><strong>([^<]+)</strong>', html)
     assert spent == ["USD 600.00", "USD 612.50", "USD 612.50"]
-    assert after == ["USD 2,100.00", "USD 2,112.50", "USD 2,112.50"]
+    assert reserved == ["USD 0.00", "USD 2,500.00", "USD 2,500.00"]
+    assert after == ["USD 2,100.00", "USD 4,612.50", "USD 4,612.50"]
     assert re.findall(r'<li class="yes">approved by (\w+)', html) == ["bob", "alice"]
     assert re.findall(r'<tr><th scope="row">(.*?)</th>', html) == [
         "default",

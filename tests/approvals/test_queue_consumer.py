@@ -286,6 +286,22 @@ async def test_expired_calls_leave(agent: Agent) -> None:
     await communicator.disconnect()
 
 
+async def test_a_held_call_refused_when_approved_leaves(agent: Agent) -> None:
+    """A cap rule written while the call waits refuses it when its approval re-checks it."""
+    held = await submit(agent)
+    bob, _ = await logged_in("bob")
+    _, cookie = await logged_in("alice")
+    communicator = await opened(QUEUE, cookie)
+    assert rows(await queue_text(communicator), "mine") == [str(held.pk)]
+    await sync_to_async(rule_make, thread_sensitive=True)(
+        line="ceiling: pay arg=amount sum USD 1000.00 -> refuse"
+    )
+    await decide(held, bob)
+    assert rows(await queue_text(communicator), "mine") == []
+    assert (await sync_to_async(Call.objects.get)(pk=held.pk)).status == "refused"
+    await communicator.disconnect()
+
+
 async def test_calls_that_never_wait_push_nothing(agent: Agent) -> None:
     _, cookie = await logged_in("alice")
     communicator = await opened(QUEUE, cookie)

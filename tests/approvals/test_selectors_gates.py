@@ -10,10 +10,9 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals.api.submissions import Submission
 from approvals.models import Agent, Call
 from approvals.selectors.gates import hold_seconds
-from approvals.services.calls import call_submit
+from approvals.services.calls import Submission, call_submit
 from approvals.services.rules import cap_rule_save
 from tests.factories import agent_make, gate_make
 

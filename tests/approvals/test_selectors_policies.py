@@ -255,7 +255,7 @@ def test_with_a_trigger_missing_every_call_reads_the_policy(agent: Agent) -> Non
 def test_with_a_notification_channels_trigger_missing_the_stamp_cannot_vouch(
     agent: Agent,
 ) -> None:
-    """The enabled channels are cached under the same stamp (services.notifications)."""
+    """The enabled channels are cached under the same stamp (notifications.outbox)."""
     submit(agent)
     with one_trigger_gone("approvals_notificationchannel"):
         assert policy_stamp_read() is None

@@ -22,6 +22,7 @@ from approvals.services.decisions import call_decide
 from tests.factories import call_make, payment, user_make
 
 APPROVALS = Path(__file__).resolve().parents[2] / "approvals"
+NOTIFICATIONS = APPROVALS.parent / "notifications"
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
@@ -89,7 +90,7 @@ def test_a_snapshot_is_the_rows_json(db: None) -> None:
 def test_nothing_else_writes_an_audit_entry() -> None:
     """No ``AuditEntry(...)`` or ``AuditEntry.objects.create`` outside ``services/audit.py``."""
     writers = []
-    for path in sorted(APPROVALS.rglob("*.py")):
+    for path in sorted([*APPROVALS.rglob("*.py"), *NOTIFICATIONS.rglob("*.py")]):
         if "migrations" in path.parts or path == APPROVALS / "services" / "audit.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

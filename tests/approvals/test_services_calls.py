@@ -12,7 +12,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import capcore
-from approvals.api.submissions import Submission
 from approvals.models import (
     Agent,
     Budget,
@@ -26,6 +25,7 @@ from approvals.models import (
 from approvals.services.calls import (
     LEDGER_VANISHED,
     IdempotencyConflict,
+    Submission,
     call_submit,
 )
 from approvals.services.rules import cap_rule_save

@@ -13,6 +13,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
 
+from approvals import errors
 from approvals.models import Agent, Approval, AuditEntry, Budget, Call, LedgerEntry, RunCounter
 from approvals.selectors.calls import call_state
 from approvals.services.decisions import (
@@ -140,13 +141,13 @@ def test_the_same_text_is_an_ordinary_approval(capped: None) -> None:
     assert not AuditEntry.objects.filter(action=AuditEntry.Action.CALL_EDITED).exists()
 
 
-def test_an_edit_a_rule_refuses_is_409_naming_the_rule_and_changes_nothing(db: None) -> None:
+def test_an_edit_a_rule_refuses_is_a_conflict_naming_the_rule_and_changes_nothing(db: None) -> None:
     rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     rule_make(line="huge: pay arg=amount max USD 1000.00 -> refuse")
     call = held("600.00")
     with pytest.raises(EditRefused) as refused:
         edit(call, user_make(username="alice"), payment("2000.00"))
-    assert refused.value.status == 409
+    assert isinstance(refused.value, errors.Conflict)
     assert str(refused.value) == EDIT_REFUSED.format(rules="cap rule huge")
     assert "2000" not in str(refused.value)
     unchanged(call)
@@ -156,18 +157,18 @@ def test_an_edit_a_rule_refuses_is_409_naming_the_rule_and_changes_nothing(db: N
     ("text", "category"),
     [('{"amount": "1", "amount": "2"}', DUPLICATE_NAME), ('["amount", "1"]', NOT_AN_OBJECT)],
 )
-def test_an_edit_that_is_not_a_strict_json_object_is_400_and_changes_nothing(
+def test_an_edit_that_is_not_a_strict_json_object_is_invalid_and_changes_nothing(
     capped: None, text: str, category: str
 ) -> None:
     call = held("600.00")
     with pytest.raises(BadArguments) as bad:
         edit(call, user_make(username="alice"), text)
-    assert bad.value.status == 400
+    assert isinstance(bad.value, errors.Invalid)
     assert str(bad.value) == EDIT_NOT_STRICT.format(category=category)
     unchanged(call)
 
 
-def test_an_edit_held_at_a_gate_the_editor_is_not_in_is_403(db: None) -> None:
+def test_an_edit_held_at_a_gate_the_editor_is_not_in_is_not_permitted(db: None) -> None:
     treasury = Group.objects.create(name="treasury")
     rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
     rule_make(line="vast: pay arg=amount max USD 5000.00 -> gate treasury")
@@ -175,7 +176,7 @@ def test_an_edit_held_at_a_gate_the_editor_is_not_in_is_403(db: None) -> None:
     call = held("600.00")
     with pytest.raises(EditNotEligible) as kept_out:
         edit(call, user_make(username="alice"), payment("6000.00"))
-    assert kept_out.value.status == 403
+    assert isinstance(kept_out.value, errors.NotPermitted)
     assert str(kept_out.value) == EDIT_NOT_ELIGIBLE.format(gates="the default gate, gate treasury")
     unchanged(call)
     # A member of both gates may make the same edit.

@@ -19,11 +19,11 @@ from approvals.api.submissions import (
     PRINCIPAL_FORBIDDEN,
     TEXT_LIMITS,
     UNKNOWN_FIELD,
-    Submission,
     principal_allowed,
     submission_parse,
 )
 from approvals.models import Agent
+from approvals.services.calls import Submission
 
 BODY = b'{"tool": "pay", "arguments": "{\\"amount\\": \\"1\\"}"}'
 

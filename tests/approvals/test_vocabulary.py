@@ -8,17 +8,19 @@ from pathlib import Path
 from approvals.models import Call
 
 ROOT = Path(__file__).resolve().parents[2]
+# Where the statuses are defined (a message's status shares the word "pending").
+MODELS = frozenset({"approvals/models.py", "notifications/models.py"})
 STATUS_TEXT = re.compile("[\"'](" + "|".join(Call.Status.values) + ")[\"']")
 
 
 def _server_code() -> list[Path]:
     # The agent client (clients/python/) speaks only the public API and keeps its own words.
-    paths = [*(ROOT / "approvals").rglob("*.py"), *(ROOT / "config").rglob("*.py")]
+    folders = ("approvals", "notifications", "config")
+    paths = [path for folder in folders for path in (ROOT / folder).rglob("*.py")]
     return [
         path
         for path in paths
-        if path.relative_to(ROOT).as_posix() != "approvals/models.py"
-        and "/migrations/" not in path.as_posix()
+        if path.relative_to(ROOT).as_posix() not in MODELS and "/migrations/" not in path.as_posix()
     ]
 
 

@@ -42,6 +42,7 @@ CAP_RULES = {
 }
 ENGINE = {
     "evaluate_call",
+    "recheck_sums",
     "ledgers_of_call",
     "CallRequest",
     "PolicyState",

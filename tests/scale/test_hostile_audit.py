@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 
-from approvals.admin import USER_KEPT
+from approvals.admin.people import USER_KEPT
 from approvals.models import AUDIT_NOT_CHANGED, AUDIT_NOT_DELETED, AuditEntry, PermissionRule
 from tests.factories import user_make
 from tests.live import CSRF_INPUT, Approver, LiveServer

@@ -11,7 +11,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from approvals.models import Notification
+from notifications.models import Notification
 from tests.live import start_server
 from tests.outbox import HOLD_RULE, webhook_channel, webhook_of
 from tests.receivers import Received, http_receiver

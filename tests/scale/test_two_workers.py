@@ -17,12 +17,13 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.db import connection
 from websockets.sync.client import connect
 
 from approvals.models import AuditEntry, Call, LedgerEntry
 from approvals.services.rules import cap_rule_save
+from tests.factories import gate_make, user_make
 from tests.live import Approver, LiveServer
 from tests.scale.servers import (
     APPROVER,
@@ -174,3 +175,47 @@ def test_the_cap_race_split_across_two_workers_allows_exactly_the_limit(
     assert LedgerEntry.objects.count() == 100
     assert set(LedgerEntry.objects.values_list("call__status", flat=True)) == {"allowed"}
     assert AuditEntry.objects.filter(object_type="call").count() == 200
+
+
+def test_held_calls_approved_on_both_workers_never_pass_a_cap_its_gate_did_not_see(
+    race_env: dict[str, str],
+) -> None:
+    """50 calls held by the agent's mode, then a cap written for 20 of them: people outside
+    the cap's gate approve all 50 at once, split across two workers. Each approval's re-check
+    runs under the ledger's lock, across processes: exactly 20 are approved, the ledger stops
+    at its limit, and the other 30 wait at the cap's gate."""
+    _, token = agent_create("asker", mode="prompt")
+    gate_make(name="finance", group=Group.objects.create(name="finance"))
+    names = [f"outsider-{k}" for k in range(6)]
+    for name in names:
+        user_make(username=name, password=PASSWORD)
+    with workers(2, race_env) as servers:
+        ids = []
+        for index in range(50):
+            response = httpx.post(
+                f"{servers[index % 2].url}/api/v1/calls",
+                json={"tool": "pay", "arguments": '{"amount": "10.00"}'},
+                headers=bearer(token),
+                timeout=10,
+            )
+            assert response.json()["status"] == "pending"
+            ids.append(response.json()["id"])
+        cap_rule_save(line="race: pay arg=amount sum USD 200.00 -> gate finance")
+        people = [Approver(servers[k % 2], name, PASSWORD) for k, name in enumerate(names)]
+
+        def approve_share(index: int) -> list[int]:
+            return [people[index].decide(i, approve=True) for i in ids[index :: len(people)]]
+
+        try:
+            shares = run_threads(len(people), approve_share, timeout=120)
+        finally:
+            for person in people:
+                person.close()
+
+    assert Counter(status for share in shares for status in share) == {303: 50}
+    assert Counter(Call.objects.values_list("status", flat=True)) == {
+        "approved": 20,
+        "pending": 30,
+    }
+    assert sum(LedgerEntry.objects.values_list("minor", flat=True)) == 20_000
+    assert all(call.gates == ["", "finance"] for call in Call.objects.filter(status="pending"))
