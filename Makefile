@@ -5,14 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
-# The server requires the client (clients/python/), installed from here, never from the package
-# index, whose countersign is another project.
+# The server requires the client (countersign-client, in clients/python/), installed from here.
 CLIENT := ./clients/python
 PROJECTS := pyproject.toml $(CLIENT)/pyproject.toml
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-stock lint bench bench-submit bench-decision bench-pages clean
+.PHONY: run test test-stock test-ts lint bench bench-submit bench-decision bench-pages clean
 
 # pip quiet: errors still print, and a failing install still fails. The one warning left on a
 # good install is setuptools' "Editable installation" block (folders named like the package may
@@ -56,6 +55,12 @@ STOCK_TESTS := tests/config/runtime tests/approvals/test_consumers.py \
 	tests/approvals/test_batch_decisions.py tests/test_live.py tests/scale/test_hostile_sockets.py
 test-stock: $(TEST_STAMP)
 	COUNTERSIGN_STOCK=all $(BIN)/python -m pytest $(PYTEST_ARGS) $(STOCK_TESTS)
+
+# The TypeScript client (clients/typescript/): its locked packages, then its Vitest suite against
+# a server it starts with this virtualenv's Python.
+test-ts: $(TEST_STAMP)
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+	cd clients/typescript && COUNTERSIGN_PYTHON=$(abspath $(BIN))/python npm test
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

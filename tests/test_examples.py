@@ -24,6 +24,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _world() -> None:
     agent_with_token(token=TOKEN, name="example", principal="acme-ops", mode="default")
     rule_make(line="per-payment: pay arg=amount currency=currency max USD 500.00 -> gate")
+    # The MCP gateway's example submits the bank's tools under its --name.
+    rule_make(line="bank-payment: bank:pay arg=amount currency=currency max USD 500.00 -> gate")
     user_make(username="alice")
 
 
@@ -52,6 +54,7 @@ def _auto_approver(server: LiveServer, stop: threading.Event) -> None:
         "openai_agents_gated.py",
         "langchain_middleware.py",
         "pydantic_ai_deferred.py",
+        "mcp_gateway.py",
     ],
 )
 def test_the_example_runs_to_completion(example: str) -> None:

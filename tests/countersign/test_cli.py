@@ -1,33 +1,49 @@
 """``python -m countersign submit``: the state as JSON on stdout, and an exit status a shell
-can gate on: 0 for go, 1 for anything else, 2 for a usage error."""
+can gate on: 0 for go, 1 for anything else, 2 for a usage error. A wait says on stderr where
+the call waits, and Ctrl-C withdraws the call."""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
+import select
+import signal
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
 
-from countersign.__main__ import DEADLINE_NEEDS_WAIT, EXIT_GO, EXIT_NO_GO, NO_TOKEN
+from countersign.__main__ import (
+    DEADLINE_NEEDS_WAIT,
+    EXIT_GO,
+    EXIT_INTERRUPTED,
+    EXIT_NO_GO,
+    NO_TOKEN,
+)
 from countersign.errors import DEADLINE_CANCELLED
+from countersign.waiting import WITHDRAWN
 from tests.countersign.world import BIG_PAYMENT, BIG_WIRE, SMALL_PAYMENT, TOKEN
 from tests.live import ROOT, LiveServer, free_port
 
 EXIT_USAGE = 2  # argparse's
 
 
-def run_cli(*args: str, url: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+def cli_env(url: str, token: str | None = TOKEN) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
     env["COUNTERSIGN_URL"] = url
     if token is not None:
         env["COUNTERSIGN_TOKEN"] = token
+    return env
+
+
+def run_cli(*args: str, url: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "countersign", "submit", *args],
         cwd=ROOT,
-        env=env,
+        env=cli_env(url, token),
         capture_output=True,
         text=True,
         timeout=10,
@@ -100,3 +116,50 @@ def test_an_unreachable_service_exits_1_without_a_traceback() -> None:
     assert result.stderr.startswith("countersign: The approval service could not be reached")
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def read_line(terminal: int) -> str:
+    """One line the process wrote to its terminal (the pty's other end)."""
+    seen = b""
+    deadline = time.monotonic() + 10
+    while not seen.endswith(b"\n") and time.monotonic() < deadline:
+        ready, _, _ = select.select([terminal], [], [], 0.1)
+        if ready:
+            seen += os.read(terminal, 1)
+    return seen.decode().replace("\r\n", "\n")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_a_terminal_a_wait_says_where_the_call_waits_and_ctrl_c_withdraws_it(
+    server: LiveServer,
+) -> None:
+    terminal, stderr = pty.openpty()  # stderr a terminal, as in a shell
+    arguments = ["--tool", "pay", "--arguments", json.dumps(BIG_PAYMENT), "--wait"]
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "countersign", "submit", *arguments],
+        cwd=ROOT,
+        env=cli_env(server.url),
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+    try:
+        said = read_line(terminal)  # the wait has begun once it says so
+        submit.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        out, _ = submit.communicate(timeout=10)
+        withdrawn = read_line(terminal)  # kept readable: this end of the pty is still open
+    finally:
+        submit.kill()
+        os.close(stderr)
+        os.close(terminal)
+    assert said.startswith("countersign: Call ")
+    call_id = said.split()[2]
+    assert f"Approve or deny it at {server.url}/calls/{call_id}/" in said
+    assert "big: USD 600.00 is over the limit of USD 500.00 per call" in said
+    assert submit.returncode == EXIT_INTERRUPTED
+    assert out == ""
+    assert withdrawn == f"countersign: {WITHDRAWN.format(call_id=call_id)}\n"
+    state = httpx.get(
+        f"{server.url}/api/v1/calls/{call_id}", headers={"Authorization": f"Bearer {TOKEN}"}
+    ).json()
+    assert state["status"] == "cancelled"

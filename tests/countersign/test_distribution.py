@@ -1,8 +1,10 @@
-"""The client is its own distribution: ``pip install ./clients/python`` into a fresh virtualenv
-brings ``countersign`` with httpx and websockets and nothing of the server (no Django, no
-top-level package but ``countersign`` and its dependencies'); an agent run from there is
-approved at the approver's form and goes on; and ``mypy --strict`` on the agent's file, with
-the package as installed there, passes (``py.typed``)."""
+"""The client is its own distribution, ``countersign-client`` (the package index's
+``countersign`` is another project), which the server requires: ``pip install ./clients/python``
+into a fresh virtualenv brings the import package ``countersign`` with httpx and websockets and
+nothing of the server (no Django, no top-level package but ``countersign`` and its
+dependencies'); an agent run from there is approved at the approver's form and goes on; and
+``mypy --strict`` on the agent's file, with the package as installed there, passes
+(``py.typed``)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import httpx
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from tests.factories import agent_with_token, rule_make, user_make
 from tests.live import ROOT, Approver, live_server
@@ -33,6 +36,7 @@ VENV_PYTHON = VENV / "bin" / "python"
 # What a new virtualenv holds before anything is installed into it.
 BASELINE = frozenset({"pip", "setuptools"})
 TOKEN = "cs_distribution-agent-0123456789"
+DISTRIBUTION = "countersign-client"
 WAIT = 60.0  # a guard against hangs, not a measure
 
 AGENT = '''\
@@ -154,6 +158,15 @@ def closure(dists: dict[str, dict[str, Any]], name: str) -> set[str]:
     return found
 
 
+def test_the_server_requires_the_client_by_its_own_name() -> None:
+    client = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]
+    assert client["name"] == DISTRIBUTION
+    server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    requirements = {str(canonicalize_name(r.name)): r for r in map(Requirement, server)}
+    assert "countersign" not in requirements  # the package index's, another project
+    assert Version(client["version"]) in requirements[DISTRIBUTION].specifier
+
+
 def test_the_client_installs_alone_without_the_server(venv: Path, tmp_path: Path) -> None:
     django = in_venv(venv, "-c", "import django", cwd=tmp_path)
     assert django.returncode == 1
@@ -164,14 +177,15 @@ def test_the_client_installs_alone_without_the_server(venv: Path, tmp_path: Path
     report = json.loads(in_venv(venv, "-c", REPORT, cwd=tmp_path).stdout)
     dists = report["dists"]
     installed = {canonicalize_name(name) for name in dists}
-    assert installed == BASELINE | closure(dists, "countersign")
-    assert closure(dists, "countersign") >= {"httpx", "websockets"}
+    assert installed == BASELINE | closure(dists, DISTRIBUTION)
+    assert closure(dists, DISTRIBUTION) >= {"httpx", "websockets"}
     server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     servers_own = {canonicalize_name(Requirement(line).name) for line in server}
-    assert installed & servers_own <= {"countersign", "websockets"}  # the client's too
+    # The client itself, and what it needs too: httpx (with h11) and websockets.
+    assert installed & servers_own <= {DISTRIBUTION, "httpx", "h11", "websockets"}
     assert "django" not in installed
 
-    (ours,) = (value for name, value in dists.items() if canonicalize_name(name) == "countersign")
+    (ours,) = (value for name, value in dists.items() if canonicalize_name(name) == DISTRIBUTION)
     assert [top for top in ours["top"] if not top.endswith(".dist-info")] == ["countersign"]
     owned = {top for value in dists.values() for top in value["top"]} | {"__pycache__"}
     assert set(report["entries"]) <= owned  # nothing in site-packages that nobody installed

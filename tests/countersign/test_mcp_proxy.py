@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -90,7 +91,7 @@ def spawn(args: list[str], env: dict[str, str], port: int) -> subprocess.Popen[b
     raise AssertionError(f"{args} did not start")
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
     process.terminate()
     try:
         process.wait(timeout=WAIT)
@@ -416,6 +417,29 @@ def test_with_a_name_tools_are_submitted_under_it(countersign: LiveServer, log: 
     assert run(scenario).content[0].text == "ACME: USD 1,234.56"
     (call,) = calls(countersign)
     assert (call["tool"], call["status"]) == ("bank:balance", "allowed")
+
+
+def test_at_start_it_logs_the_names_it_will_submit(countersign: LiveServer, log: Path) -> None:
+    # Rules written for "pay" do not match "bank:pay": the proxy says which names it submits.
+    args = ["-m", "countersign", "mcp", "proxy", "--name", "bank", "--", sys.executable]
+    proxy = subprocess.Popen(
+        [sys.executable, *args, str(UPSTREAM)],
+        env=proxy_env(countersign.url, log),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    hang_guard = threading.Timer(WAIT, proxy.kill)  # a proxy that says nothing fails the test
+    hang_guard.start()
+    try:
+        assert proxy.stderr is not None
+        said = proxy.stderr.readline()
+    finally:
+        hang_guard.cancel()
+        stop(proxy)
+    names = "bank:balance, bank:pay, bank:wire"
+    assert said == f"countersign: {mcp_proxy.SUBMITS_AS.format(server='bank', names=names)}\n"
 
 
 def test_no_token_refuses_to_start(log: Path) -> None:

@@ -385,7 +385,7 @@ def test_a_claim_takes_at_most_a_run_of_one_channel_and_no_more_channels_than_as
     assert Notification.objects.filter(lease_until__isnull=False).count() == leased
 
 
-def test_a_run_goes_over_one_connection_and_is_kept_in_one_go() -> None:
+def test_a_run_is_sent_in_order_and_kept_in_one_go() -> None:
     with http_receiver() as receiver:
         webhook_channel(receiver.url)
         agent = holding_agent()
@@ -394,7 +394,6 @@ def test_a_run_goes_over_one_connection_and_is_kept_in_one_go() -> None:
         assert notifications_send(ids) == 4
         got = receiver.wait_for(4)
     assert [event_and_call(g)[1] for g in got] == [str(call.pk) for call in calls]
-    assert len({g.client_port for g in got}) == 1
     assert set(Notification.objects.values_list("status", flat=True)) == {"delivered"}
     assert DeliveryAttempt.objects.filter(ok=True).count() == 4
 

@@ -4,7 +4,9 @@
 status is 0 only when the call may go (allowed or approved), so a script can gate a command
 with ``countersign submit … --wait && the-command``; it is 1 for anything else (refused,
 denied, still pending, an error, a passed deadline, after which the call is cancelled) and 2
-for a usage error. Errors go to stderr as one line, without a traceback.
+for a usage error. Errors go to stderr as one line, without a traceback. On a terminal, stderr
+also gets the line a wait says as it begins (the call's page, and why it is held) and, after
+Ctrl-C, that the call was withdrawn (it is withdrawn either way).
 
 ``countersign hook claude-code`` is Claude Code's PreToolUse hook and ``countersign install
 claude-code`` puts it in Claude Code's settings (``countersign.integrations.claude_code``).
@@ -17,10 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TextIO
 
 from countersign.client import Client
 from countersign.errors import NotApproved, TimedOut
@@ -41,7 +46,8 @@ CALL_NAMED = "{error} (call {call_id})"
 NO_UPSTREAM = "name the upstream: --upstream-url URL, or -- COMMAND [ARGS...]"
 TWO_UPSTREAMS = "name one upstream: --upstream-url URL or -- COMMAND [ARGS...], not both"
 BAD_LISTEN = "--listen is HOST:PORT, e.g. 127.0.0.1:8808"
-NO_MCP = "countersign mcp needs the mcp package: pip install 'countersign[mcp]'"
+NO_MCP = "countersign mcp needs the mcp package: pip install 'countersign-client[mcp]'"
+NOTICE = "countersign: %(message)s"
 
 
 def _seconds(text: str) -> float:
@@ -229,6 +235,22 @@ def _submit(client: Client, options: argparse.Namespace) -> CallState:
         ) from None
 
 
+@contextmanager
+def _notices(stream: TextIO) -> Iterator[None]:
+    """The client's INFO lines (where a call waits, a withdrawal) as lines on ``stream``."""
+    logger = logging.getLogger("countersign")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(NOTICE))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(argv)
@@ -237,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.command == "install":
         return _install(options)
     if options.command == "mcp":
-        return _mcp(parser, options)
+        with _notices(sys.stderr):
+            return _mcp(parser, options)
     if not options.token:
         parser.error(NO_TOKEN)
     if options.deadline is not None and not options.wait:
@@ -247,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     try:
-        with client:
+        with _notices(sys.stderr) if sys.stderr.isatty() else nullcontext(), client:
             state = _submit(client, options)
     except NotApproved as error:
         print(f"countersign: {error}", file=sys.stderr)

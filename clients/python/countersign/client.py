@@ -8,13 +8,19 @@ running (a notebook, sync code called from async code).
 Fail-closed: anything but a final ``allowed`` or ``approved`` — a refusal, a denial, an error,
 an unreachable service, a deadline passed — ends in a ``NotApproved`` from ``gated``, never in
 running the function.
+
+A wait says once, at INFO on the ``countersign`` logger, which call it waits for, why it is
+held and the page where a person decides it; a wait interrupted (Ctrl-C, a cancelled task)
+withdraws its call, as one that reaches its deadline does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, ParamSpec, Self, TypeVar
@@ -28,6 +34,8 @@ from countersign.protocol import CallState
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+logger = logging.getLogger("countersign")
 
 
 class Client:
@@ -110,15 +118,35 @@ class Client:
         for as long as it takes. ``deadline`` (seconds from now) bounds that: past it the call
         is cancelled, so that nobody approves a call that will not run, and ``TimedOut`` says
         so; with ``cancel=False`` it is left pending (for a caller that waits in pieces). A
-        call decided just as it was being cancelled returns its final state."""
+        call decided just as it was being cancelled returns its final state. Interrupted
+        (``KeyboardInterrupt``), it withdraws the call too, unless ``cancel=False``, and
+        re-raises."""
         if protocol.is_final(call):
             return call
         plan = waiting.WaitPlan(deadline, reconnect_for=self.reconnect_for)
         try:
+            logger.info(waiting.held_notice(call, page=protocol.page_url(self._shown_url, call)))
             return self._wait(call, plan)
         except waiting.DeadlineReached as reached:
             seconds = reached.seconds
+        except KeyboardInterrupt:
+            if cancel:
+                self._withdraw(call)
+            raise
         return self._give_up(call, seconds=seconds, cancel=cancel)
+
+    def _withdraw(self, call: CallState | str) -> None:
+        failure: Exception | None = None
+        try:
+            self._request(
+                "POST",
+                protocol.call_path(call, "/cancel"),
+                attempts=1,
+                timeout=min(self.timeout, waiting.WITHDRAW_TIMEOUT),
+            )
+        except errors.NotApproved as error:
+            failure = error
+        logger.info(waiting.withdrawn_notice(call, failure))
 
     def _give_up(self, call: CallState | str, *, seconds: float, cancel: bool) -> CallState:
         if not cancel:
@@ -189,10 +217,11 @@ class Client:
         """A decorator: each call of the function is submitted as ``tool`` with the function's
         arguments by parameter name, and the function runs only if the call is allowed or
         approved (with the approver's edited arguments, by parameter name, when they edited
-        them; an edit the function's parameters cannot take is a ``ValueError``). Otherwise
-        it does not run and a ``NotApproved`` says why: ``Denied`` (with the status and
-        comment), ``TimedOut`` when ``deadline`` seconds pass first (the call is cancelled),
-        or the error that kept the answer away (an unreachable service too).
+        them). Otherwise it does not run and a ``NotApproved`` says why: ``Denied`` (with the
+        status and comment), ``TimedOut`` when ``deadline`` seconds pass first (the call is
+        cancelled), ``EditDoesNotFit`` for an edit the function's parameters cannot take (the
+        call stays approved and counted), or the error that kept the answer away (an
+        unreachable service too).
 
         ``context`` is what the approver reads as the reason for the call: a string, or a
         function given the arguments as submitted (name → value, defaults included) that
@@ -228,6 +257,7 @@ class Client:
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         attempts: int = protocol.ATTEMPTS,
+        timeout: float | None = None,
     ) -> CallState:
         failure = ""
         for attempt in range(attempts):
@@ -235,7 +265,11 @@ class Client:
                 time.sleep(protocol.backoff(attempt))
             try:
                 response = self._http.request(
-                    method, self.base_url + path, content=content, headers=headers or self._auth
+                    method,
+                    self.base_url + path,
+                    content=content,
+                    headers=headers or self._auth,
+                    timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
                 )
             except httpx.TransportError as error:
                 failure = errors.UNREACHABLE.format(kind=type(error).__name__, url=self._shown_url)
@@ -296,8 +330,12 @@ class AsyncClient:
         self._shown_url = str(httpx.URL(self.base_url).copy_with(userinfo=b""))
         self._own_http = http is None
         self._http = httpx.AsyncClient(timeout=timeout) if http is None else http
+        # Withdrawals of interrupted waits, each a task of its own (see ``_withdraw``).
+        self._withdrawals: set[asyncio.Task[None]] = set()
 
     async def aclose(self) -> None:
+        if self._withdrawals:
+            await asyncio.wait(set(self._withdrawals), timeout=waiting.WITHDRAW_TIMEOUT)
         if self._own_http:
             await self._http.aclose()
 
@@ -336,15 +374,38 @@ class AsyncClient:
     async def wait(
         self, call: CallState | str, *, deadline: float | None = None, cancel: bool = True
     ) -> CallState:
-        """As ``Client.wait``."""
+        """As ``Client.wait``; the task cancelled (``CancelledError``) is the interruption."""
         if protocol.is_final(call):
             return call
         plan = waiting.WaitPlan(deadline, reconnect_for=self.reconnect_for)
         try:
+            logger.info(waiting.held_notice(call, page=protocol.page_url(self._shown_url, call)))
             return await self._wait(call, plan)
         except waiting.DeadlineReached as reached:
             seconds = reached.seconds
+        except asyncio.CancelledError:
+            if cancel:
+                await self._withdraw(call)
+            raise
         return await self._give_up(call, seconds=seconds, cancel=cancel)
+
+    async def _withdraw(self, call: CallState | str) -> None:
+        """The cancel runs as a task of its own: a caller cancelled again, or a cancel scope
+        that goes on cancelling (anyio's), stops waiting for it but does not stop it."""
+        withdrawal = asyncio.ensure_future(self._withdraw_now(call))
+        self._withdrawals.add(withdrawal)
+        withdrawal.add_done_callback(self._withdrawals.discard)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(withdrawal)
+
+    async def _withdraw_now(self, call: CallState | str) -> None:
+        failure: Exception | None = None
+        try:
+            async with asyncio.timeout(waiting.WITHDRAW_TIMEOUT):
+                await self._request("POST", protocol.call_path(call, "/cancel"), attempts=1)
+        except (errors.NotApproved, TimeoutError) as error:
+            failure = error
+        logger.info(waiting.withdrawn_notice(call, failure))
 
     async def _give_up(self, call: CallState | str, *, seconds: float, cancel: bool) -> CallState:
         if not cancel:

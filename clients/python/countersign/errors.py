@@ -48,6 +48,16 @@ BAD_EDIT = "The approver's edited arguments are not a JSON object: the tool must
 EDIT_DOES_NOT_FIT = (
     "The approver's edited arguments do not fit the function's parameters: the tool must not run."
 )
+EDIT_CAUSE = " Cause: {cause}."
+# The service approved the edit: its ledgers counted the edited amounts before the client saw
+# that the function cannot take them.
+EDIT_STAYS_COUNTED = (
+    " The call stays approved and its amounts stay counted in the ledgers; ask an admin to void "
+    "them (Approvals › Ledger entries) if the tool is not run another way."
+)
+EDIT_NOT_AN_OBJECT = "not a JSON object"
+EDIT_SPREAD_NOT_A_LIST = "{name} is not a list"
+EDIT_LEFT_OUT_BEFORE = "{name} is passed by position, but a parameter before it was left out"
 BAD_KEY = "keys must be str, int, float, bool or None, not {kind}"
 BAD_CONTEXT = (
     "gated(context=...) is a string or a function of the call's arguments that returns one; "
@@ -148,6 +158,17 @@ class Denied(NotApproved):
         if self.comment:
             message += DENIED_COMMENT.format(comment=self.comment)
         super().__init__(message)
+
+
+class EditDoesNotFit(NotApproved, ValueError):
+    """The approver approved the call with edited arguments that the gated function cannot be
+    called with: it does not run. ``cause`` names what does not fit; ``call_id`` is the call's
+    id. A ``ValueError`` too, for code that already catches one."""
+
+    def __init__(self, message: str, *, cause: str, call_id: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.call_id = call_id
 
 
 class TimedOut(NotApproved, TimeoutError):

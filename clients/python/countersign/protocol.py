@@ -37,6 +37,7 @@ TOKEN_VARIABLE = "COUNTERSIGN_TOKEN"  # noqa: S105 - the variable's name, not a 
 
 CALLS_PATH = "/api/v1/calls"
 SOCKET_PATH = "/ws/v1/calls/{call_id}"
+PAGE_PATH = "/calls/{call_id}/"  # the approver's page of the call
 SOCKET_SCHEMES = {"http": "ws", "https": "wss"}
 
 # Worth another try: the service, or a proxy in front of it, is restarting or overloaded.
@@ -144,17 +145,31 @@ def _usage_value(value: object) -> object:
 
 def edited_arguments(state: CallState) -> dict[str, Any] | None:
     """The arguments an approver edited the call to (``edited`` in its state),
-    read as an object with numbers as ``Decimal``; None when the call was not edited. A
-    ``ValueError`` when they are not a JSON object: then nothing may run."""
+    read as an object with numbers as ``Decimal``; None when the call was not edited.
+    ``EditDoesNotFit`` when they are not a JSON object: then nothing may run."""
     if state.get("edited") is not True:
         return None
     try:
         edited = json.loads(state["arguments"], parse_float=Decimal)
     except (KeyError, TypeError, ValueError):
-        raise ValueError(errors.BAD_EDIT) from None
+        edited = None
     if not isinstance(edited, dict):
-        raise ValueError(errors.BAD_EDIT)
+        cause = errors.EDIT_NOT_AN_OBJECT
+        message = errors.BAD_EDIT + errors.EDIT_STAYS_COUNTED
+        raise errors.EditDoesNotFit(message, cause=cause, call_id=_state_id(state))
     return edited
+
+
+def _state_id(state: CallState) -> str:
+    return str(state.get("id", ""))
+
+
+def _unfit(cause: str, *, call_id: str) -> errors.EditDoesNotFit:
+    """An edit the function cannot be called with, naming what does not fit."""
+    message = (
+        errors.EDIT_DOES_NOT_FIT + errors.EDIT_CAUSE.format(cause=cause) + errors.EDIT_STAYS_COUNTED
+    )
+    return errors.EditDoesNotFit(message, cause=cause, call_id=call_id)
 
 
 def gated_context(context: GatedContext, arguments: Mapping[str, Any]) -> str | None:
@@ -224,6 +239,11 @@ def socket_url(base: str, state_or_id: CallState | str) -> str:
     scheme, _, rest = base.partition("://")
     path = SOCKET_PATH.format(call_id=quote(call_id(state_or_id), safe=""))
     return f"{SOCKET_SCHEMES[scheme.lower()]}://{rest}{path}"
+
+
+def page_url(base: str, state_or_id: CallState | str) -> str:
+    """The call's page, where an approver decides it, on the service's host."""
+    return base + PAGE_PATH.format(call_id=quote(call_id(state_or_id), safe=""))
 
 
 def is_final(state_or_id: CallState | str) -> TypeGuard[CallState]:
@@ -314,17 +334,19 @@ def gated_call(
     """What a gated function runs with once its call is allowed or approved: its own call,
     or, when the approver edited the arguments, the edited ones (``edited_call``)."""
     edited = edited_arguments(state)
-    return (args, kwargs) if edited is None else edited_call(signature, edited)
+    if edited is None:
+        return args, kwargs
+    return edited_call(signature, edited, call_id=_state_id(state))
 
 
 def edited_call(
-    signature: inspect.Signature, edited: Mapping[str, Any]
+    signature: inspect.Signature, edited: Mapping[str, Any], *, call_id: str = ""
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A gated function's call from edited tool arguments, the inverse of
     ``bound_arguments``: each member to the parameter of its name (positionally while every
     earlier positional parameter is given), a ``*args`` member's list spread, members no
     parameter is named for to ``**kwargs``; a parameter the edit leaves out takes its
-    default. An edit the signature cannot take is a ``ValueError``: nothing may run."""
+    default. An edit the signature cannot take is ``EditDoesNotFit``: nothing may run."""
     rest = dict(edited)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
@@ -335,8 +357,11 @@ def edited_call(
             continue
         if kind is inspect.Parameter.VAR_POSITIONAL:
             spread = rest.pop(name, [])
-            if not isinstance(spread, list) or (spread and not positional):
-                raise ValueError(errors.EDIT_DOES_NOT_FIT)
+            if not isinstance(spread, list):
+                raise _unfit(errors.EDIT_SPREAD_NOT_A_LIST.format(name=name), call_id=call_id)
+            if spread and not positional:
+                cause = errors.EDIT_LEFT_OUT_BEFORE.format(name=name)
+                raise _unfit(cause, call_id=call_id)
             args.extend(spread)
             positional = False
             continue
@@ -351,12 +376,12 @@ def edited_call(
         elif positional:
             args.append(value)
         else:  # a positional-only parameter after one the edit left out
-            raise ValueError(errors.EDIT_DOES_NOT_FIT)
+            raise _unfit(errors.EDIT_LEFT_OUT_BEFORE.format(name=name), call_id=call_id)
     kwargs.update(rest)
     try:
         signature.bind(*args, **kwargs)
-    except TypeError:
-        raise ValueError(errors.EDIT_DOES_NOT_FIT) from None
+    except TypeError as unbound:  # its message names the parameter or member at fault
+        raise _unfit(str(unbound), call_id=call_id) from None
     return tuple(args), kwargs
 
 

@@ -7,7 +7,8 @@ to reach the service in a row back off exponentially up to a cap. After every (r
 service sends the current state first, so a decision made while the client was away is never
 lost. A deadline bounds the whole wait: past it the client cancels the call and raises
 ``TimedOut`` (``gave_up`` reads what the cancel answered). A service lost for longer than the
-client's ``reconnect_for`` ends the wait with ``ServiceUnavailable``.
+client's ``reconnect_for`` ends the wait with ``ServiceUnavailable``. What a wait says as it
+begins, and after it withdrew an interrupted call, is written here too.
 """
 
 from __future__ import annotations
@@ -37,6 +38,21 @@ CLOSE_TIMEOUT = 1.0
 DEADLINE_RESOLUTION = 0.01
 
 CANCELLED = "cancelled"
+
+# A wait interrupted (Ctrl-C, a cancelled task) withdraws its call; within this long, or not.
+WITHDRAW_TIMEOUT = 5.0
+
+# Said once as a wait begins, so that a first run does not look hung.
+HELD = "Call {call_id} ({tool}) is held for a person at {gates}{why}. Approve or deny it at {page}"
+HELD_WHY = ": {reasons}"
+HELD_UNKNOWN = "Waiting for a person to decide call {call_id}. Approve or deny it at {page}"
+DEFAULT_GATE = "default"
+WITHDRAWN = "Withdrew call {call_id}: its wait was interrupted, so no one can approve it now."
+FINAL_ALREADY = "The wait for call {call_id} was interrupted once the call was final already."
+NOT_WITHDRAWN = (
+    "The wait for call {call_id} was interrupted, but the call could not be withdrawn "
+    "({detail}): it may still be decided."
+)
 
 # What connecting to or reading from a WebSocket raises (TimeoutError is an OSError).
 SOCKET_ERRORS = (OSError, WebSocketException)
@@ -184,3 +200,34 @@ def not_cancelled(
     detail = error.code or type(error).__name__
     message = errors.DEADLINE_NOT_CANCELLED.format(seconds=seconds, detail=detail)
     return errors.TimedOut(message, call_id=protocol.call_id(call), cancelled=False)
+
+
+def held_notice(call: protocol.CallState | str, *, page: str) -> str:
+    """What a wait says as it begins: the call, where it is held and why (its reasons), and
+    its page. A wait given only an id knows none of that but the page."""
+    if isinstance(call, str):
+        return HELD_UNKNOWN.format(call_id=call, page=page)
+    names = [gate or DEFAULT_GATE for gate in call.get("gates") or [""]]
+    gates = ("gate " if len(names) == 1 else "gates ") + ", ".join(names)
+    reasons = "; ".join(_reason_text(reason) for reason in call.get("reasons") or [])
+    why = HELD_WHY.format(reasons=reasons) if reasons else ""
+    return HELD.format(
+        call_id=protocol.call_id(call), tool=call.get("tool", ""), gates=gates, why=why, page=page
+    )
+
+
+def _reason_text(reason: dict[str, object]) -> str:
+    rule, message = reason.get("rule"), reason.get("message", "")
+    return f"{rule}: {message}" if rule else str(message)
+
+
+def withdrawn_notice(call: protocol.CallState | str, error: Exception | None) -> str:
+    """What an interrupted wait says once it tried to withdraw its call (``error``: why the
+    cancel did not go through, if it did not)."""
+    call_id = protocol.call_id(call)
+    if error is None:
+        return WITHDRAWN.format(call_id=call_id)
+    if isinstance(error, errors.Conflict):  # decided in the meantime
+        return FINAL_ALREADY.format(call_id=call_id)
+    detail = getattr(error, "code", "") or type(error).__name__
+    return NOT_WITHDRAWN.format(call_id=call_id, detail=detail)

@@ -135,8 +135,6 @@ class CountersignMiddleware(AgentMiddleware):
             edited = protocol.edited_arguments(final)
         except errors.NotApproved as no:
             return self._refusal(request, NOT_APPROVED.format(message=no))
-        except ValueError as error:
-            return self._refusal(request, NOT_APPROVED.format(message=error))
         if edited is None:
             return request
         return request.override(tool_call={**request.tool_call, "args": edited})
@@ -228,7 +226,7 @@ def _decision(
     try:
         protocol.raise_unless_go(final)
         edited = protocol.edited_arguments(final)
-    except (errors.NotApproved, ValueError) as no:
+    except errors.NotApproved as no:
         return {"type": "reject", "message": NOT_APPROVED.format(message=no)}
     if edited is None:
         return {"type": "approve"}

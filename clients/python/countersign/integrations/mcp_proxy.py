@@ -13,13 +13,15 @@ called. A held call waits as long as its hold, sending progress notifications wh
 (to clients that asked for progress); an MCP client that cancels its request cancels the call.
 
 Upstream tool annotations are the upstream's own claims: they are shown to the approver but
-decide nothing — the service's policies do.
+decide nothing — the service's policies do. At start the proxy logs (INFO, on the
+``countersign`` logger) the tool names it will submit, ``NAME:tool`` under ``--name``: the
+names rules must match.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -40,14 +42,14 @@ from mcp.shared.exceptions import MCPError
 from countersign import errors, protocol
 from countersign.client import AsyncClient
 
+logger = logging.getLogger(__name__)
+
 EXIT_FAILED = 2
 
 # Each request to Countersign is short, and a service lost while waiting is given up on after
 # RECONNECT_FOR seconds, so that a call fails closed rather than hanging the MCP client.
 REQUEST_TIMEOUT = 5.0
 RECONNECT_FOR = 20.0
-# Cancelling a call the MCP client gave up on must not hold the client's cancel for long.
-CANCEL_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
 CONTEXT_LIMIT = 4000  # the service's limit on a call's context
 # The proxy's own environment goes to a spawned upstream (the MCP client's env block is meant
@@ -68,6 +70,11 @@ READ_ONLY = "read-only"
 DESTRUCTIVE = "destructive"
 NOT_DESTRUCTIVE = "not destructive"
 START_FAILED = "countersign mcp proxy: {message}"
+SUBMITS_AS = (
+    "The tools of {server} are submitted to Countersign as {names}: "
+    "cap and permission rules match these names exactly."
+)
+NO_TOOLS = "(none listed yet)"
 UPSTREAM_FAILED = "the upstream MCP server could not be started or reached ({kind}: {detail})"
 
 
@@ -174,7 +181,7 @@ class Gateway:
         self.tools: dict[str, types.Tool] = {}
 
     @property
-    def _server_name(self) -> str:
+    def server_name(self) -> str:
         info = self.upstream.server_info
         return self.name or (info.name if info is not None else "upstream")
 
@@ -190,6 +197,15 @@ class Gateway:
         result = await self.upstream.list_tools(params=_bare(params))
         self.tools.update({tool.name: tool for tool in result.tools})
         return result
+
+    async def submitted_names(self) -> list[str]:
+        """The name each of the upstream's tools is submitted under, every page listed."""
+        cursor: str | None = None
+        while True:
+            params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+            cursor = (await self._listed(params)).next_cursor
+            if cursor is None:
+                return [self.countersign_tool(name) for name in self.tools]
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -222,10 +238,10 @@ class Gateway:
         ``NotApproved`` otherwise."""
         sent = protocol.arguments_text(params.arguments or {})
         context = call_context(
-            await self._describe(params.name), name=params.name, server=self._server_name
+            await self._describe(params.name), name=params.name, server=self.server_name
         )
         # Shielded: a cancel that came while the submission was on its way would leave a call
-        # held that nobody withdraws. It is delivered in ``_wait``, which withdraws the call.
+        # held that nobody withdraws. It is delivered in the client's wait, which withdraws it.
         with anyio.CancelScope(shield=True):
             state = await self.countersign.submit(
                 self.countersign_tool(params.name), sent, context=context
@@ -238,30 +254,20 @@ class Gateway:
     async def _wait(
         self, state: protocol.CallState, held: _Held, *, tool: str
     ) -> protocol.CallState:
-        """The final state of a held call, however long its hold is; cancelled on the service
-        when the MCP client cancels the request, so nobody approves a call nobody will run."""
+        """The final state of a held call, however long its hold is. The MCP client cancelling
+        the request cancels the client's wait, which withdraws the call on the service, so
+        nobody approves a call nobody will run."""
         message = WAITING.format(tool=tool, call_id=state["id"])
         # Kept out of the task group, which would wrap it in an ExceptionGroup.
         failure: errors.NotApproved | None = None
-        try:
-            async with anyio.create_task_group() as ticking:
-                ticking.start_soon(held.tick, message)
-                try:
-                    final = await self.countersign.wait(state)
-                except errors.NotApproved as error:
-                    failure = error
-                finally:
-                    ticking.cancel_scope.cancel()
-        except anyio.get_cancelled_exc_class():
-            # A call decided meanwhile, or a service out of reach, is left as it is: an
-            # unreachable one expires at its gate's timeout.
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(CANCEL_TIMEOUT),
-                contextlib.suppress(errors.NotApproved),
-            ):
-                await self.countersign.cancel(state)
-            raise
+        async with anyio.create_task_group() as ticking:
+            ticking.start_soon(held.tick, message)
+            try:
+                final = await self.countersign.wait(state)
+            except errors.NotApproved as error:
+                failure = error
+            finally:
+                ticking.cancel_scope.cancel()
         if failure is not None:
             raise failure
         return final
@@ -387,6 +393,9 @@ async def gateway(
         session = await stack.enter_async_context(ClientSession(*streams))
         initialized = await session.initialize()
         proxy = Gateway(session, countersign, name=name, progress_every=progress_every)
+        if initialized.capabilities.tools is not None:
+            names = ", ".join(await proxy.submitted_names()) or NO_TOOLS
+            logger.info(SUBMITS_AS.format(server=proxy.server_name, names=names))
         yield proxy, proxy.server(initialized)
 
 

@@ -68,7 +68,7 @@ def _approval(final: protocol.CallState | Exception) -> Approval:
     try:
         protocol.raise_unless_go(final)
         edited = protocol.edited_arguments(final)
-    except (errors.NotApproved, ValueError) as no:
+    except errors.NotApproved as no:
         return ToolDenied(NOT_APPROVED.format(message=no))
     return True if edited is None else ToolApproved(override_args=edited)
 
