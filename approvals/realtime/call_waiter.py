@@ -19,8 +19,9 @@ from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import Any, Protocol
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer
+from django.db import connection
 from django.utils import timezone
 
 from approvals.api.auth import bearer_still_valid
@@ -148,17 +149,25 @@ def _access_ended(code: int) -> ApiError:
 
 
 def _state(agent: Agent, call_id: uuid.UUID) -> State | None:
-    call = call_for_agent(agent=agent, call_id=call_id)
-    return None if call is None else call_state(call)
+    try:
+        call = call_for_agent(agent=agent, call_id=call_id)
+        return None if call is None else call_state(call)
+    finally:
+        connection.close()
 
 
 def _state_still_valid(token_id: int, agent: Agent, call_id: uuid.UUID) -> State | None:
-    bearer_still_valid(token_id=token_id)
+    try:
+        bearer_still_valid(token_id=token_id)
+    finally:
+        connection.close()
     return _state(agent, call_id)
 
 
-_read = database_sync_to_async(_state, thread_sensitive=False)
-_read_still_valid = database_sync_to_async(_state_still_valid, thread_sensitive=False)
+# Each read closes its connection itself: on a thread of the pool, the connection it opened
+# is not seen by a close made around the call (a pooled PostgreSQL connection would be kept).
+_read = sync_to_async(_state, thread_sensitive=False)
+_read_still_valid = sync_to_async(_state_still_valid, thread_sensitive=False)
 
 
 def _seconds_to_deadline(state: State) -> float | None:
