@@ -138,7 +138,8 @@ def test_a_held_call_appears_live_is_approved_and_leaves_every_tab(
     assert agent_socket.states[0]["status"] == "pending"
 
     open_call(first, call_id)
-    expect(first.locator(".caps")).to_contain_text("USD 1,550.00")  # 300.00 spent + this call
+    # 300.00 spent, 640.00 reserved by the held call, and this call.
+    expect(first.locator(".caps")).to_contain_text("USD 2,190.00")
     comment = "Paid: the invoice matches PO 2024-117."
     first.get_by_label("Comment").fill(comment)
     screenshot(first, "call")
