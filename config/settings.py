@@ -232,12 +232,12 @@ COUNTERSIGN_REQUEST_THREADS = env_int(
     maximum=16,
 )
 # Requests that borrow threads of their own instead of the request threads
-# (config/runtime/pooled_handler.py): a login hashes its password (PBKDF2, about a third of a
-# second of CPU), and a dozen clients failing to log in must not keep agents waiting; health
+# (config/runtime/pooled_handler.py): a login hashes its password (PBKDF2, deliberately slow),
+# and a dozen clients failing to log in must not keep agents waiting; health
 # checks and scrapes answer while every request thread is busy. Each entry: a pool's name, its
 # threads, its paths (the login views of config/urls.py and approvals/ops/views.py's routes), and
 # its threads' nice value: with the cores all busy, hashing yields them to agents' requests
-# (agents' p99 with 12 guessers, nice 10 against 0: 17-20 ms against 23-30 ms).
+# (bench/login_bench.py).
 COUNTERSIGN_LOGIN_THREADS = env_int("COUNTERSIGN_LOGIN_THREADS", 1, minimum=1, maximum=4)
 COUNTERSIGN_PATH_POOLS = [
     ("login", COUNTERSIGN_LOGIN_THREADS, ["/accounts/login/", "/admin/login/"], 10),

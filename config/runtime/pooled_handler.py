@@ -22,7 +22,7 @@ than after. A streamed response is closed after it is sent, as Django does. An a
 view still works, called back on the event loop.
 
 Some paths get executors of their own (``PathPool``, ``COUNTERSIGN_PATH_POOLS``): a login
-hashes its password (PBKDF2, a third of a second of CPU that releases the GIL), and the
+hashes its password (PBKDF2, deliberately slow, releasing the GIL), and the
 request threads are few, so a dozen clients failing to log in as fast as they can would
 otherwise keep every agent request waiting behind them; health checks and scrapes answer
 while the request threads are all busy. They queue for their own pool's threads instead, and
