@@ -148,10 +148,14 @@ def _access_ended(code: int) -> ApiError:
     return ApiError(403, Code.AGENT_DISABLED, AGENT_DISABLED)
 
 
+def _call_state(agent: Agent, call_id: uuid.UUID) -> State | None:
+    call = call_for_agent(agent=agent, call_id=call_id)
+    return None if call is None else call_state(call)
+
+
 def _state(agent: Agent, call_id: uuid.UUID) -> State | None:
     try:
-        call = call_for_agent(agent=agent, call_id=call_id)
-        return None if call is None else call_state(call)
+        return _call_state(agent, call_id)
     finally:
         connection.close()
 
@@ -159,9 +163,9 @@ def _state(agent: Agent, call_id: uuid.UUID) -> State | None:
 def _state_still_valid(token_id: int, agent: Agent, call_id: uuid.UUID) -> State | None:
     try:
         bearer_still_valid(token_id=token_id)
+        return _call_state(agent, call_id)
     finally:
         connection.close()
-    return _state(agent, call_id)
 
 
 # Each read closes its connection itself: on a thread of the pool, the connection it opened
