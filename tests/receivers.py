@@ -126,6 +126,23 @@ class RawHttpReceiver:
     ports: list[int] = field(default_factory=list)
 
 
+def serve_each_connection(
+    listener: socket.socket, serve: Callable[[socket.socket, int], None]
+) -> None:
+    """Accept on ``listener`` until it is closed, each connection served on a thread of its
+    own with its peer's port."""
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, address = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn, address[1]), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
 @contextmanager
 def raw_http_receiver(
     answers: list[bytes | None], closing: frozenset[int] = frozenset()
@@ -163,15 +180,7 @@ def raw_http_receiver(
                 if index in receiver.closing:
                     return
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, address = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn, address[1]), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    serve_each_connection(listener, serve)
     try:
         yield receiver
     finally:

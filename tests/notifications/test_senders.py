@@ -49,6 +49,7 @@ from tests.receivers import (
     http_receiver,
     raw_http_receiver,
     self_signed,
+    serve_each_connection,
     smtp_receiver,
 )
 
@@ -386,15 +387,7 @@ def dribbling_receiver(answer: bytes, *, pause: float) -> Iterator[DribblingRece
                 except OSError:  # the sender gave up and closed the connection
                     return
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, address = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn, address[1]), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    serve_each_connection(listener, serve)
     try:
         yield receiver
     finally:
