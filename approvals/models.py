@@ -259,6 +259,8 @@ class Call(models.Model):
     # The deadline whose ``call.expiring`` notice was written (docs/notifications.md): an
     # extended deadline differs from it, so it gets a notice of its own.
     expiring_noticed_for = models.DateTimeField(null=True, blank=True)
+    # The signed receipt (docs/receipts.md) of an allowed or approved call, issued once.
+    receipt = models.TextField(blank=True)
 
     class Meta:
         permissions = [("decide_call", "Can approve or deny held calls")]
