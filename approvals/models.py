@@ -521,6 +521,11 @@ class AuditEntry(models.Model):
     object_id = models.CharField(max_length=64)
     before = models.TextField(blank=True)
     after = models.TextField(blank=True)
+    # The chain (approvals/audit_chain.py): 1, 2, 3… with no gaps, the hash of the entry
+    # before (64 zeros before the first), and this entry's own. Set as the entry is written.
+    seq = models.BigIntegerField(unique=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
 
     objects = AuditEntryQuerySet.as_manager()
 
@@ -538,6 +543,26 @@ class AuditEntry(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise AppendOnly(AUDIT_NOT_DELETED)
+
+
+AUDIT_CHAIN_HEAD = 1  # the head's one row
+
+
+class AuditChainHead(models.Model):
+    """The audit chain's latest link, one row: every writer locks it, links its entries to
+    it and moves it on, in the transaction that writes them (services/audit.py), so the
+    chain stays one line and ``seq`` follows the order of the commits."""
+
+    seq = models.BigIntegerField()
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(id=AUDIT_CHAIN_HEAD), name="one_audit_chain_head")
+        ]
+
+    def __str__(self) -> str:
+        return f"audit chain head {self.seq}"
 
 
 class RunCounter(models.Model):

@@ -130,8 +130,9 @@ def _fill(decided: int, pending: int) -> Filled:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from approvals.models import Approval, AuditEntry, Call, Gate, Ledger, LedgerEntry
+    from approvals.models import Approval, Call, Gate, Ledger, LedgerEntry
     from approvals.services.agents import agent_create_or_update
+    from approvals.services.audit import audit_entries_record
     from approvals.services.lifecycle import CANCELLED_COMMENT, EXPIRED_COMMENT
     from approvals.services.rules import cap_rule_save
     from approvals.services.statements import ledger_hours_add
@@ -245,7 +246,7 @@ def _fill(decided: int, pending: int) -> Filled:
             written = [e for _, _, entries, _ in batch for e in entries]
             LedgerEntry.objects.bulk_create(written)
             ledger_hours_add((e.ledger_id, e.recorded_at, e.minor) for e in written)
-            AuditEntry.objects.bulk_create([a for *_, audit in batch for a in audit])
+            audit_entries_record([a for *_, audit in batch for a in audit])  # chained
         rows["approvals"] += sum(len(approvals) for _, approvals, _, _ in batch)
         rows["ledger_entries"] += sum(len(entries) for _, _, entries, _ in batch)
         rows["audit_entries"] += sum(len(audit) for *_, audit in batch)

@@ -106,6 +106,7 @@ def secret_key(path: Path) -> str:
     # Write aside, then link into place: when several workers start at once, exactly one key
     # wins and nobody ever reads a half-written file.
     fd, draft = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.fchmod(fd, 0o600)  # the owner's alone, whatever the umask (mkstemp's mode is filtered)
     with os.fdopen(fd, "w") as handle:
         handle.write(secrets.token_urlsafe(50))
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from approvals.receipts.keys import receipt_keys_load
 from config.env import (
     email_settings,
     env_bool,
@@ -21,10 +22,20 @@ from config.env import (
     redis_channel_layer,
     secret_key,
 )
+from config.private_files import (
+    private_directory,
+    private_files,
+    private_sqlite,
+    sqlite_file,
+)
 from config.runtime.stock import Stock
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / "var"
+# What Countersign keeps on disk (the embedded database, the secret key, static files), private
+# to the user it runs as (config/private_files.py): created 0700, its files tightened to 0600.
+VAR_DIR = Path(env_str("COUNTERSIGN_VAR_DIR", "") or BASE_DIR / "var").resolve()
+private_directory(VAR_DIR)
+private_files(VAR_DIR)
 
 SECRET_KEY = secret_key(VAR_DIR / "secret_key")
 DEBUG = env_bool("DEBUG", False)
@@ -32,12 +43,14 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
+    # First, so that its runserver (the project's ASGI server, config/serve.py, under Django's
+    # autoreloader) is the one manage.py finds, before staticfiles' WSGI one.
+    "config",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
-    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
@@ -116,10 +129,14 @@ DATABASES = {
     )
 }
 on_sqlite = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+# The SQLite database file, private wherever it is (None: PostgreSQL, or SQLite in memory).
+SQLITE_DATABASE = sqlite_file(DATABASES["default"]["NAME"]) if on_sqlite else None
 if on_sqlite:
     if Stock.SQLITE not in COUNTERSIGN_STOCK:
         DATABASES["default"]["ENGINE"] = "config.runtime.sqlite_pooled"
-    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    if SQLITE_DATABASE is not None:
+        # Created 0600 before SQLite makes it with the umask's mode; its -wal and -shm follow.
+        private_sqlite(SQLITE_DATABASE)
     DATABASES["default"]["OPTIONS"] = {
         # IMMEDIATE takes the write lock at BEGIN, so a check-then-record transaction cannot
         # be overtaken between its read and its write; the long timeout lets 200 racing
@@ -191,6 +208,10 @@ AXES_LOCKOUT_CALLABLE = "approvals.accounts.lockouts.lockout_response"
 # (COUNTERSIGN_FORWARDED_ALLOW_IPS, applied by the server). Never a header anyone can send
 # (as django-ipware would read, if installed), or a guesser would pick a new address each time.
 AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+# Password reset requests per email address, and as many per client address (N/s, N/m, N/h;
+# 0 turns it off): one over either sends no mail and is answered as any other
+# (approvals/accounts/throttle.py). The mail's link starts with COUNTERSIGN_PUBLIC_URL.
+COUNTERSIGN_PASSWORD_RESET_RATE = env_rate("COUNTERSIGN_PASSWORD_RESET_RATE", "5/h")
 
 # --- Static files ---------------------------------------------------------------------------
 STATIC_URL = "static/"
@@ -245,6 +266,9 @@ COUNTERSIGN_PATH_POOLS = [
 ]
 # The bearer token a Prometheus scrape of /metrics presents; unset, /metrics is a 404.
 COUNTERSIGN_METRICS_TOKEN = env_str("COUNTERSIGN_METRICS_TOKEN", "")
+# The bearer token a SIEM or monitor presents to /api/v1/audit and /api/v1/audit/head; unset,
+# both are a 404 (docs/receipts.md, "The audit chain").
+COUNTERSIGN_AUDIT_TOKEN = env_str("COUNTERSIGN_AUDIT_TOKEN", "")
 COUNTERSIGN_RATE_LIMIT = env_rate("COUNTERSIGN_RATE_LIMIT", "600/m")
 # Open WebSockets per person (queue and call pages) and per agent, counted in each server
 # process; one more is closed with 4429 (docs/reliability.md, "Fair sockets").
@@ -258,9 +282,13 @@ COUNTERSIGN_MAX_SOCKETS_PER_AGENT = env_int(
 COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False)
 
 # --- Notifications: sending (notifications/senders/) -----------------------------------------
-# Seconds any outbound request of a notification (a webhook, an Apprise service, the mail
-# server) may take to connect and to answer.
+# Seconds one attempt at a notification (a webhook, an Apprise service, the mail server) may
+# take, from connecting to the answer's end, by the wall clock.
 COUNTERSIGN_NOTIFY_TIMEOUT = env_int("COUNTERSIGN_NOTIFY_TIMEOUT", 10, minimum=1, maximum=300)
+# Off (0): webhooks and Apprise services are refused at loopback, link-local, private and other
+# non-public addresses, checked on the address each connection is opened to
+# (notifications/senders/outbound.py). On by default: self-hosted receivers are often local.
+COUNTERSIGN_NOTIFY_PRIVATE_TARGETS = env_bool("COUNTERSIGN_NOTIFY_PRIVATE_TARGETS", True)
 # Webhooks go through the http:// proxy of HTTPS_PROXY or HTTP_PROXY (by the target's scheme),
 # but to the hosts NO_PROXY names; each may be lower-case, which wins. Apprise's services read
 # the same variables themselves (through requests); mail never goes through a proxy.
@@ -283,8 +311,25 @@ DEFAULT_FROM_EMAIL = SERVER_EMAIL = _email.from_email
 COUNTERSIGN_EMAIL_CONFIGURED = _email.configured
 
 # --- Notifications: the outbox and its delivery (notifications/delivery.py) -------------------
-# The server's address as approvers reach it, for the link to a call's page in each message.
+# The server's address as approvers reach it, for the link to a call's page in each message;
+# also the receipts' issuer ("iss"), where verifiers fetch /.well-known/jwks.json.
 COUNTERSIGN_PUBLIC_URL = env_str("COUNTERSIGN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+
+# --- Receipts (docs/receipts.md) -------------------------------------------------------------
+# Seconds an allowed or approved call's receipt is valid for: its "exp" is its "iat" plus this.
+COUNTERSIGN_RECEIPT_TTL = env_int("COUNTERSIGN_RECEIPT_TTL", 900, minimum=1, maximum=31_536_000)
+# The Ed25519 key receipts and audit heads are signed with: a PEM file's path (the same on every
+# worker), else one generated on first start into var/signing_key.pem; and the older keys'
+# public halves, still published for receipts signed before a rotation. Read here, so that a
+# missing, malformed or non-Ed25519 key stops start-up.
+COUNTERSIGN_SIGNING_KEY = env_str("COUNTERSIGN_SIGNING_KEY", "").strip()
+COUNTERSIGN_VERIFY_KEYS = env_list("COUNTERSIGN_VERIFY_KEYS", "")
+COUNTERSIGN_RECEIPT_KEYS = receipt_keys_load(
+    signing=COUNTERSIGN_SIGNING_KEY,
+    verify=COUNTERSIGN_VERIFY_KEYS,
+    default=VAR_DIR / "signing_key.pem",
+)
+
 # Seconds before a held call's deadline that ``call.expiring`` is sent.
 COUNTERSIGN_EXPIRING_NOTICE = env_int(
     "COUNTERSIGN_EXPIRING_NOTICE", 300, minimum=1, maximum=31_536_000
@@ -295,3 +340,5 @@ COUNTERSIGN_NOTIFY_RETRY_HOURS = env_int(
 )
 # Threads per delivery loop sending messages: at most this many receivers are waited on at once.
 COUNTERSIGN_NOTIFY_THREADS = env_int("COUNTERSIGN_NOTIFY_THREADS", 4, minimum=1, maximum=64)
+# Days delivered and failed messages (and their attempts) are kept; pending ones always are.
+COUNTERSIGN_NOTIFY_KEEP_DAYS = env_int("COUNTERSIGN_NOTIFY_KEEP_DAYS", 30, minimum=1, maximum=3650)

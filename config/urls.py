@@ -8,8 +8,10 @@ from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
+from approvals.accounts.password_reset import PublicUrlPasswordResetView
 from approvals.api.routes import api, api_not_found
 from approvals.ops import views as ops_views
+from approvals.receipts import views as receipt_views
 from approvals.web.manifest import web_manifest
 from config import bench
 
@@ -30,11 +32,19 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("healthz", ops_views.healthz, name="healthz"),
     path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", ops_views.metrics, name="metrics"),
+    # The public keys that verify receipts and audit heads (docs/receipts.md).
+    path(".well-known/jwks.json", receipt_views.jwks, name="jwks"),
     # After logging in: the queue (Django's default, /accounts/profile/, is no page here).
     path(
         "accounts/login/",
         LoginView.as_view(next_page="/", redirect_authenticated_user=True),
         name="login",
+    ),
+    # Its mail's link from COUNTERSIGN_PUBLIC_URL, never the request's Host; throttled.
+    path(
+        "accounts/password_reset/",
+        PublicUrlPasswordResetView.as_view(),
+        name="password_reset",
     ),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("approvals.web.urls")),

@@ -5,8 +5,10 @@ read at once, and a payment over the cap waits for a person at the approver's pa
     COUNTERSIGN_URL=http://127.0.0.1:8000 COUNTERSIGN_TOKEN=cs_… python examples/mcp_gateway.py
 
 The gateway's stderr, shown here, names the tools as it submits them (``bank:pay``) and, while
-the payment is held, the page where it is decided. Needs the client's ``mcp`` extra:
-``pip install './clients/python[mcp]'``.
+the payment is held, the page where it is decided. The bank runs with ``--require-receipts``:
+it checks the receipt the gateway passes with each call (docs/receipts.md), so the service's
+``COUNTERSIGN_PUBLIC_URL`` must be the ``COUNTERSIGN_URL`` given here (``make run`` sets it so).
+Needs the client's ``mcp`` extra: ``pip install './clients/python[mcp]'``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ BANK = Path(__file__).with_name("mcp_bank_server.py")
 # environment carries COUNTERSIGN_URL and COUNTERSIGN_TOKEN (a config's "env" block).
 GATEWAY = StdioServerParameters(
     command=sys.executable,
-    args=["-m", "countersign", "mcp", "proxy", "--name", "bank", "--", sys.executable, str(BANK)],
+    args=[
+        *("-m", "countersign", "mcp", "proxy", "--name", "bank", "--"),
+        *(sys.executable, str(BANK), "--require-receipts"),
+    ],
     env=dict(os.environ),
 )
 

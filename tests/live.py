@@ -89,6 +89,9 @@ def start_server(port: int | None = None, extra_env: dict[str, str] | None = Non
         "DATABASE_URL": _database_url(),
         "DJANGO_SETTINGS_MODULE": "config.settings",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        # Its own address, as `make run` sets it: the receipts' issuer, where a verifier
+        # fetches the keys, and the links in notifications.
+        "COUNTERSIGN_PUBLIC_URL": f"http://127.0.0.1:{port}",
         **(extra_env or {}),
     }
     with log.open("wb") as out:

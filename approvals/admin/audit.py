@@ -10,7 +10,7 @@ from approvals.models import AuditEntry
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = ("at", "action", "object_type", "object_id", "user", "agent")
+    list_display = ("seq", "at", "action", "object_type", "object_id", "user", "agent")
     # The values stored, not the choices: older entries keep older spellings ("caprule").
     list_filter = (
         ("action", admin.AllValuesFieldListFilter),

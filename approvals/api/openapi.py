@@ -54,6 +54,8 @@ class CallStateOut(Schema):
     decision: dict[str, Any] | None
     created_at: datetime
     expires_at: datetime | None
+    # The compact JWS receipt of an allowed or approved call; null for every other status.
+    receipt: str | None
     links: dict[str, str]
 
 

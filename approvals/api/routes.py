@@ -20,6 +20,7 @@ from ninja.errors import HttpError, ValidationError
 from ninja.security.http import HttpAuthBase
 
 import capcore
+from approvals.api.audit import router as audit_router
 from approvals.api.auth import bearer_agent, request_authorization
 from approvals.api.errors import (
     ALREADY_FINAL,
@@ -92,6 +93,10 @@ api = CountersignAPI(
     urls_namespace="api-v1",
     auth=AgentBearer(),
 )
+
+
+# The audit log's export and signed head, behind their own token (approvals/api/audit.py).
+api.add_router("/audit", audit_router)
 
 
 @api.exception_handler(ApiError)

@@ -52,6 +52,8 @@ def call_state(call: Call, *, approvals: Iterable[Approval] | None = None) -> di
         "decision": decision,
         "created_at": _iso(call.created_at),
         "expires_at": _iso(call.expires_at) if pending else None,
+        # The signed receipt of an allowed or approved call (docs/receipts.md); null otherwise.
+        "receipt": call.receipt or None,
         "links": {"self": link, "wait": f"{link}/wait", "ws": f"/ws/v1/calls/{call.pk}"},
     }
 

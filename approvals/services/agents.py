@@ -20,7 +20,7 @@ from approvals.errors import Invalid
 from approvals.models import Agent, AgentToken, AuditEntry
 from approvals.realtime import pushes
 from approvals.services.admin_changes import model_delete, model_save
-from approvals.services.audit import audit_record, audit_snapshot
+from approvals.services.audit import audit_deferred, audit_record, audit_snapshot
 
 TOKEN_PREFIX = "cs_"  # noqa: S105 (a marker, not a secret)
 SHOWN_PREFIX_LENGTH = 8
@@ -157,16 +157,19 @@ def agent_token_revoke(*, token_row: AgentToken, by_user: User | None = None) ->
 def agent_tokens_revoke(*, agent: Agent, by_user: User | None = None) -> int:
     """Revoke every token of ``agent`` (each audited, each one's sockets closed); how many."""
     rows = list(AgentToken.objects.select_for_update().filter(agent=agent, revoked_at=None))
-    for row in rows:
-        agent_token_revoke(token_row=row, by_user=by_user)
+    # The entries after every row's change: the chain's head is then the last lock taken.
+    with audit_deferred():
+        for row in rows:
+            agent_token_revoke(token_row=row, by_user=by_user)
     return len(rows)
 
 
 @transaction.atomic
 def agent_token_rotate(*, agent: Agent, by_user: User | None = None) -> str:
     """Revoke every token of ``agent`` and issue it a new one, returned once."""
-    agent_tokens_revoke(agent=agent, by_user=by_user)
-    return agent_token_issue(agent=agent, by_user=by_user)
+    with audit_deferred():  # the head locked after the new token's row is written
+        agent_tokens_revoke(agent=agent, by_user=by_user)
+        return agent_token_issue(agent=agent, by_user=by_user)
 
 
 @transaction.atomic

@@ -3,23 +3,36 @@ the transaction of the change (docs/reliability.md, "The audit log is append-onl
 
 ``audit_record`` saves one entry. ``audit_entry`` builds the same entry unsaved, and
 ``audit_entries_record`` saves several built so, together.
+
+Every entry is linked into the audit chain as it is written (approvals/audit_chain.py): the
+writer locks the chain's head row, numbers its entries after it, hashes each onto the one
+before and moves the head on. The lock is held until the commit, so writers take turns from
+there and ``seq`` follows the order of the commits: a reader never sees an entry before one
+with a smaller ``seq`` is visible. Write an entry as the last write of its transaction, or
+inside ``audit_deferred()``, which writes a block's entries as it ends: the head is then the
+last lock the transaction takes, and holding it never waits for another.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Required, TypedDict, Unpack
 
 from django.contrib.auth.models import Group, User
 from django.core import serializers
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
+from approvals.audit_chain import GENESIS_HASH, audit_entry_hash
 from approvals.models import (
+    AUDIT_CHAIN_HEAD,
     Agent,
     AgentToken,
+    AuditChainHead,
     AuditEntry,
     Budget,
     Call,
@@ -29,6 +42,7 @@ from approvals.models import (
     PermissionRule,
     ToolClass,
 )
+from approvals.services.statements import deferred_constraints_check
 
 NO_OBJECT = "an audit entry names its object: obj, or object_type and object_id"
 NOT_AUDITED = "no audit object type for this model"
@@ -126,13 +140,77 @@ def audit_entry(**fields: Unpack[AuditFields]) -> AuditEntry:
     )
 
 
+# The entries of the innermost ``audit_deferred`` block, None outside any.
+_deferred: ContextVar[list[AuditEntry] | None] = ContextVar("audit_deferred", default=None)
+
+
+def _head_locked() -> tuple[int, str]:
+    """The chain's head, locked until the commit (SQLite: the transaction holds the write
+    lock already). A database whose tables were emptied has no head row: it is made again
+    from the last entry, or from the genesis."""
+    head = AuditChainHead.objects.select_for_update().filter(pk=AUDIT_CHAIN_HEAD)
+    found = head.values_list("seq", "hash").first()
+    if found is None:
+        last = AuditEntry.objects.order_by("-seq").values_list("seq", "hash").first()
+        seq, hash_ = last or (0, GENESIS_HASH)
+        # Two first writers at once: one row is made, the other waits for it and locks it.
+        AuditChainHead.objects.bulk_create(
+            [AuditChainHead(pk=AUDIT_CHAIN_HEAD, seq=seq, hash=hash_)], ignore_conflicts=True
+        )
+        found = head.values_list("seq", "hash").get()
+    return found
+
+
+def _chain_write(entries: Sequence[AuditEntry]) -> None:
+    """Link ``entries`` after the chain's head, in order, and write them with the head moved
+    on: in the caller's transaction, or in one of their own outside any."""
+    if not entries:
+        return
+    with transaction.atomic(savepoint=False):
+        deferred_constraints_check()
+        seq, prev_hash = _head_locked()
+        for entry in entries:
+            seq += 1
+            entry.seq, entry.prev_hash = seq, prev_hash
+            entry.hash = prev_hash = audit_entry_hash(entry)
+        AuditEntry.objects.bulk_create(entries)
+        AuditChainHead.objects.filter(pk=AUDIT_CHAIN_HEAD).update(seq=seq, hash=prev_hash)
+
+
+@contextmanager
+def audit_deferred() -> Iterator[None]:
+    """Entries recorded inside the block are written when it ends, all together and in the
+    order recorded, so that the chain's head is locked as late as the block allows; if it
+    raises, they are dropped with it. Enter it inside the transaction, around the code whose
+    savepoints end with it: an entry recorded in a savepoint rolled back while the block
+    goes on would still be written. A block inside another hands its entries to the outer
+    one. Until then ``audit_record`` returns them unsaved."""
+    outer = _deferred.get()
+    entries: list[AuditEntry] = []
+    token = _deferred.set(entries)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
+    if outer is not None:
+        outer.extend(entries)
+    else:
+        _chain_write(entries)
+
+
 def audit_entries_record(entries: Sequence[AuditEntry]) -> None:
-    """Write entries built by ``audit_entry``, in one statement, in the caller's transaction."""
-    AuditEntry.objects.bulk_create(entries)
+    """Write entries built by ``audit_entry``, in one statement, in the caller's transaction
+    (in an ``audit_deferred`` block: as it ends)."""
+    deferred = _deferred.get()
+    if deferred is not None:
+        deferred.extend(entries)
+    else:
+        _chain_write(entries)
 
 
 def audit_record(**fields: Unpack[AuditFields]) -> AuditEntry:
-    """Write one entry, in the caller's transaction."""
+    """Write one entry, in the caller's transaction (in an ``audit_deferred`` block: as it
+    ends)."""
     entry = audit_entry(**fields)
-    entry.save()
+    audit_entries_record([entry])
     return entry

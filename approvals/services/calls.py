@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import uuid
@@ -26,6 +27,7 @@ from approvals.models import (
 )
 from approvals.ops import metrics
 from approvals.realtime.pushes import notify_call
+from approvals.receipts.issue import receipt_issue
 from approvals.selectors.calls import call_findings
 from approvals.selectors.gates import hold_seconds
 from approvals.selectors.ledgers import (
@@ -36,7 +38,7 @@ from approvals.selectors.ledgers import (
     ledgers_spent,
 )
 from approvals.selectors.policies import AgentPolicy, policy_at_stamp, policy_for_agent
-from approvals.services.audit import audit_record
+from approvals.services.audit import audit_deferred, audit_record
 from approvals.services.ledgers import ledger_reservations_release, ledger_reserve
 from approvals.services.statements import (
     ledger_hours_add,
@@ -44,6 +46,7 @@ from approvals.services.statements import (
     run_cost_add,
     run_counter_count,
 )
+from capcore.caps import assess_caps
 from config.runtime.sqlite_writers import write_transaction
 from notifications.outbox import notifications_enqueue
 
@@ -169,16 +172,16 @@ def call_end(
     *, call: Call, status: Call.Status, comment: str, now: datetime, user: User | None = None
 ) -> None:
     """Make a call final and release what it reserves (the caller holds its row's lock, has
-    checked it is pending, and has recorded its amounts if it is approved)."""
+    checked it is pending, and has recorded its amounts and set its receipt if it is
+    approved)."""
     ledger_reservations_release(call_id=call.pk)
     call.status = status
     call.decided_at = now
     call.decided_by = user
     call.decision_comment = comment
     call.updated_at = now
-    call.save(
-        update_fields=["status", "decided_at", "decided_by", "decision_comment", "updated_at"]
-    )
+    fields = ["status", "decided_at", "decided_by", "decision_comment", "updated_at"]
+    call.save(update_fields=[*fields, "receipt"] if call.receipt else fields)
     metrics.call_decided(call)
     notifications_enqueue(call=call, now=now)
 
@@ -324,7 +327,8 @@ def call_sums_recheck(
 ) -> tuple[capcore.Evaluation, dict[capcore.LedgerKey, Ledger]]:
     """A held call's ``sum`` rules as they are now, checked again under its ledgers' locks
     once its quorum is met (``capcore.recheck_sums``); the ledgers are returned locked, for
-    recording or reserving. Runs in the caller's transaction."""
+    recording or reserving. When nothing is newly over, the evaluation's ``caps`` are what
+    every cap rule reads of the call, for its receipt. Runs in the caller's transaction."""
     agent = call.agent
     policy = policy_for_agent(agent=agent)
     request = capcore.CallRequest(
@@ -341,6 +345,14 @@ def call_sums_recheck(
     evaluation = capcore.recheck_sums(request, state, held_for=held_for)
     if evaluation.error is not None:
         logger.error("policy error re-checking call %s", call.pk, exc_info=evaluation.error)
+    if evaluation.verdict.status is capcore.Status.ALLOWED:
+        # To be approved now: what every cap rule reads of it, not the sums alone, for its
+        # receipt (the re-check read these arguments already, so they parse).
+        arguments = capcore.parse_arguments(call.arguments)
+        every_cap = assess_caps(
+            policy.cap_rules, tool=call.tool, arguments=arguments, principal=call.principal
+        )
+        evaluation = dataclasses.replace(evaluation, caps=every_cap)
     return evaluation, ledgers
 
 
@@ -385,6 +397,14 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         idempotency_key=submission.idempotency_key,
         request_sha256=submission.request_sha256,
     )
+    if verdict.status is capcore.Status.ALLOWED:
+        receipt_issue(
+            call=call,
+            status=Call.Status.ALLOWED,
+            approvals=(),
+            assessments=evaluation.caps,
+            now=now,
+        )
     call.save(force_insert=True)
     if verdict.status is capcore.Status.ALLOWED:
         ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
@@ -411,7 +431,8 @@ def call_submit(
     if earlier is not None:
         return earlier, False
     try:
-        with write_transaction():
+        # The audit entry is written last: the chain's head is locked until the commit.
+        with write_transaction(), audit_deferred():
             if holder is not None:  # a call older than the window holds the key
                 _forget_stale_key(agent, submission, now or timezone.now())
             call = _evaluate_and_create(agent, submission, now)

@@ -21,10 +21,11 @@ import capcore
 from approvals import errors
 from approvals.models import Approval, AuditEntry, Call, Ledger, PermissionRule
 from approvals.realtime.pushes import notify_call, pushes_together
+from approvals.receipts.issue import receipt_issue
 from approvals.selectors.calls import call_findings
 from approvals.selectors.deciders import calls_decidable, required_approvals
 from approvals.selectors.gates import gates_required_approvals
-from approvals.services.audit import audit_entries_record, audit_entry
+from approvals.services.audit import audit_deferred, audit_entries_record, audit_entry
 from approvals.services.calls import (
     CallNotFound,
     call_end,
@@ -42,6 +43,10 @@ from notifications.outbox import notifications_enqueue
 
 DEFAULT_DENY_COMMENT = "Denied by a reviewer. Do not retry this call unchanged."
 RECHECK_REFUSED = "Refused when approved: {rules} refuses it now."
+# An approval that did not end the call, as its audit entry (``call pending``) and the
+# batch's report say it: how far the quorum has come, never approval while the call waits.
+APPROVAL_RECORDED = "approval recorded ({given} of {required})"
+HELD_AT_RECHECK = "{recorded}; the re-check of its sums holds it at {gates} too"
 
 
 class NotEligible(errors.NotPermitted):
@@ -105,6 +110,49 @@ def _quorum_met(call: Call, approvals: Sequence[Approval]) -> bool:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A decision recorded: the call as it now stands, and ``outcome``, what became of it
+    in words for the person who decided (``approved``, ``approval recorded (1 of 2)``, …)."""
+
+    call: Call
+    outcome: str
+
+
+def _approval_recorded(given: int, gates: list[str]) -> str:
+    """``approval recorded (1 of 2)``: ``given`` approvals counted at ``gates``."""
+    required = required_approvals(gates, gates_required_approvals(names=gates))
+    return APPROVAL_RECORDED.format(given=given, required=required)
+
+
+def _decision_entry(
+    *, call: Call, user: User, approve: bool, comment: str, recorded: str, now: datetime
+) -> AuditEntry:
+    """The decider's own entry. An approval that left the call pending (a quorum still to
+    meet, or a re-check that held it again or refused it, in entries of their own) is
+    ``call pending`` with how far the quorum came, not ``call approved``."""
+    if approve and call.status != Call.Status.APPROVED:
+        after = f"{recorded}: {comment}" if comment else recorded
+        action = AuditEntry.Action.CALL_PENDING
+    else:
+        after = comment
+        action = AuditEntry.Action.CALL_APPROVED if approve else AuditEntry.Action.CALL_DENIED
+    return audit_entry(action=action, obj=call, user=user, after=after, at=now)
+
+
+def _outcome(call: Call, *, recorded: str, gates: list[str]) -> str:
+    """What became of a call just decided: its status once it ended (a refusal with why),
+    else the approval ``recorded`` and any gate a re-check added to ``gates``."""
+    if call.status == Call.Status.REFUSED:
+        return call.decision_comment
+    if call.status != Call.Status.PENDING:
+        return Call.Status(call.status).label
+    added = [gate for gate in call.gates if gate not in gates]
+    if added:
+        return HELD_AT_RECHECK.format(recorded=recorded, gates=_gate_names(added))
+    return recorded
 
 
 def _rule_names(findings: tuple[capcore.Finding, ...]) -> str:
@@ -172,18 +220,27 @@ def _approval_add(
 def _call_approve(
     *,
     call: Call,
-    records: Sequence[capcore.LedgerRecord],
+    evaluation: capcore.Evaluation,
     ledgers: dict[capcore.LedgerKey, Ledger],
+    approvals: Sequence[Approval],
     user: User,
     comment: str,
     scope: str,
     now: datetime,
 ) -> list[AuditEntry]:
     """The quorum met: the amounts in the ledgers (its reservations become entries), the
-    standing rule an ``always`` scope asks for, and the call approved; the audit entries
-    still to write."""
-    ledger_record(call=call, records=records, ledgers=ledgers, now=now)
+    standing rule an ``always`` scope asks for, and the call approved with its receipt,
+    signed by the approvals standing and what the caps read (``evaluation.caps``); the
+    audit entries still to write."""
+    ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
     entries = [] if scope == Approval.Scope.ONCE else [_allow_tool(call, scope, user, now)]
+    receipt_issue(
+        call=call,
+        status=Call.Status.APPROVED,
+        approvals=approvals,
+        assessments=evaluation.caps,
+        now=now,
+    )
     call_end(call=call, status=Call.Status.APPROVED, comment=comment, now=now, user=user)
     return entries
 
@@ -261,8 +318,9 @@ def _approve_rechecked(
     if verdict.status is capcore.Status.ALLOWED:
         before = _call_approve(
             call=call,
-            records=recheck.records,
+            evaluation=recheck,
             ledgers=ledgers,
+            approvals=approvals,
             user=user,
             comment=comment,
             scope=scope,
@@ -296,6 +354,31 @@ def call_decide(
     ``arguments``: the approver's edit of the call's arguments (an approval only). Absent
     or byte-identical to the call's current arguments, it is an ordinary approval;
     otherwise see ``_edit_and_approve``."""
+    decided = _decide(
+        call_id=call_id,
+        user=user,
+        approve=approve,
+        comment=comment,
+        arguments_sha256=arguments_sha256,
+        scope=scope,
+        arguments=arguments,
+        now=now,
+    )
+    return decided.call
+
+
+def _decide(
+    *,
+    call_id: uuid.UUID,
+    user: User,
+    approve: bool,
+    comment: str,
+    arguments_sha256: str,
+    scope: str,
+    arguments: str | None,
+    now: datetime | None,
+) -> Decided:
+    """``call_decide``'s work in the caller's transaction, with what became of the call."""
     clock = now
     call = call_lock(call_id=call_id)
     if call is None:
@@ -338,6 +421,9 @@ def call_decide(
     approvals.append(
         _approval_add(call=call, user=user, approve=approve, comment=comment, scope=scope, now=now)
     )
+    # Counted before a re-check may void any: how far this approval brought the quorum.
+    held_at = list(call.gates)
+    given = sum(1 for approval in approvals if approval.approve and approval.voided_at is None)
     entries: list[AuditEntry] = []
     after: list[AuditEntry] = []
     if not approve:
@@ -355,23 +441,21 @@ def call_decide(
     else:
         call.updated_at = now
         call.save(update_fields=["updated_at"])
+    ended = not approve or call.status == Call.Status.APPROVED
+    recorded = "" if ended else _approval_recorded(given, held_at)
     entries.append(
-        audit_entry(
-            action=AuditEntry.Action.CALL_APPROVED if approve else AuditEntry.Action.CALL_DENIED,
-            obj=call,
-            user=user,
-            after=comment,
-            at=now,
+        _decision_entry(
+            call=call, user=user, approve=approve, comment=comment, recorded=recorded, now=now
         )
     )
     audit_entries_record([*entries, *after])
     notify_call(call, approvals=approvals)
-    return call
+    return Decided(call, _outcome(call, recorded=recorded, gates=held_at))
 
 
 def _edit_and_approve(
     *, call: Call, user: User, arguments: str, comment: str, scope: str, clock: datetime | None
-) -> Call:
+) -> Decided:
     """The edit of a pending call's arguments, and the editor's approval of the edited call
     (the caller holds the call's lock and has checked the rest of the decision).
 
@@ -441,8 +525,9 @@ def _edit_and_approve(
     if verdict.status is capcore.Status.ALLOWED or _required_approvals(call) <= 1:
         entries += _call_approve(
             call=call,
-            records=evaluation.records,
+            evaluation=evaluation,
             ledgers=ledgers,
+            approvals=[approval],
             user=user,
             comment=comment,
             scope=scope,
@@ -457,14 +542,16 @@ def _edit_and_approve(
             held_for=cap_rules_held_for(verdict.reasons),
             now=now,
         )
+    # Still held (a quorum of more than one): the editor's is the first approval of the edit.
+    recorded = "" if call.status == Call.Status.APPROVED else _approval_recorded(1, call.gates)
     entries.append(
-        audit_entry(
-            action=AuditEntry.Action.CALL_APPROVED, obj=call, user=user, after=comment, at=now
+        _decision_entry(
+            call=call, user=user, approve=True, comment=comment, recorded=recorded, now=now
         )
     )
     audit_entries_record(entries)
     notify_call(call, approvals=[approval])
-    return call
+    return Decided(call, _outcome(call, recorded=recorded, gates=list(call.gates)))
 
 
 # --- Many at once (docs/ui.md, "Decide many at once") -----------------------------------------
@@ -485,12 +572,14 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """One call of a batch: ``reason`` ``DECIDED``, or why the call was not decided.
-    ``field`` is the value as posted."""
+    ``field`` is the value as posted; ``outcome``, what became of a decided call
+    (``Decided.outcome``)."""
 
     field: str
     call_id: uuid.UUID | None
     reason: str
     call: Call | None = None
+    outcome: str = ""
 
     @property
     def decided(self) -> bool:
@@ -525,7 +614,7 @@ def calls_decide(
     now: datetime | None = None,
 ) -> list[BatchOutcome]:
     """Decide each of ``calls`` (``<call id>:<arguments_sha256 shown>``) with one comment,
-    scope ``once``: each through ``call_decide``, checked and recorded exactly as if decided
+    scope ``once``: each as ``call_decide`` does, checked and recorded exactly as if decided
     alone. One outcome per distinct call, in the order given; a call that cannot be decided
     is reported and the others are decided all the same.
 
@@ -534,7 +623,10 @@ def calls_decide(
     event loop for the batch, not one per call (docs/performance.md)."""
     outcomes: list[BatchOutcome] = []
     seen: set[uuid.UUID] = set()
-    with pushes_together(), write_transaction():
+    # Every call's audit entries are written together at the end: a batch holding the
+    # chain's head while it locks the next call's ledgers would deadlock with a submission
+    # holding one of them and waiting for the head.
+    with pushes_together(), write_transaction(), audit_deferred():
         for field in calls:
             parsed = _batch_field(field)
             if parsed is None:
@@ -558,17 +650,21 @@ def _batch_decide(
     now: datetime | None,
 ) -> BatchOutcome:
     try:
-        call = call_decide(
-            call_id=call_id,
-            user=user,
-            approve=approve,
-            comment=comment,
-            arguments_sha256=digest,
-            now=now,
-        )
+        # A call that fails rolls back alone (its savepoint), and its audit entries with it.
+        with audit_deferred(), write_transaction():
+            decided = _decide(
+                call_id=call_id,
+                user=user,
+                approve=approve,
+                comment=comment,
+                arguments_sha256=digest,
+                scope=Approval.Scope.ONCE,
+                arguments=None,
+                now=now,
+            )
     except errors.ApplicationError as error:
         return BatchOutcome(field, call_id, _refusal(error))
     except Exception:
         logger.exception("deciding call %s of a batch failed", call_id)
         return BatchOutcome(field, call_id, BATCH_FAILED)
-    return BatchOutcome(field, call_id, DECIDED, call)
+    return BatchOutcome(field, call_id, DECIDED, decided.call, decided.outcome)

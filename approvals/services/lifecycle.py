@@ -14,7 +14,7 @@ from approvals.models import Agent, AuditEntry, Call
 from approvals.ops import metrics
 from approvals.realtime.pushes import notify_call
 from approvals.selectors.gates import hold_seconds
-from approvals.services.audit import audit_record
+from approvals.services.audit import audit_deferred, audit_record
 from approvals.services.calls import CallNotFound, call_end, call_lock
 from approvals.services.ledgers import ledger_reservations_release
 from config.runtime.sqlite_writers import write_transaction
@@ -58,7 +58,7 @@ def calls_expire_due(*, now: datetime | None = None) -> int:
         "pk", flat=True
     )
     for call_id in list(due):
-        with write_transaction():
+        with write_transaction(), audit_deferred():
             won = Call.objects.filter(
                 pk=call_id, status=Call.Status.PENDING, expires_at__lte=now
             ).update(

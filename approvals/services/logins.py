@@ -17,7 +17,7 @@ from django.db.models import Sum
 
 from approvals.models import AuditEntry
 from approvals.ops import metrics
-from approvals.services.audit import audit_record
+from approvals.services.audit import audit_deferred, audit_record
 
 
 def _described(username: str | None, ip_address: str | None, failures: int) -> str:
@@ -48,7 +48,8 @@ def login_attempts_unlock(*, attempts: Iterable[AccessAttempt], by: User | None)
     """Delete access attempts, which lifts their lockouts (and forgets failures that had not
     locked anything yet), each audited with who did it. How many were deleted."""
     deleted = 0
-    with transaction.atomic():
+    # The entries after every deletion: the chain's head is then the last lock taken.
+    with transaction.atomic(), audit_deferred():
         for attempt in attempts:
             audit_record(
                 action=AuditEntry.Action.LOGIN_UNLOCKED,

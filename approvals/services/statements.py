@@ -184,6 +184,23 @@ def policy_stamp_read() -> int | None:
     return int(found[0])
 
 
+# Why written out: Django has no API for SET CONSTRAINTS. The audit chain's writer runs it
+# just before it locks the chain's head (services/audit.py): the foreign keys Django defers
+# to the commit are checked now, so the row locks those checks take are never waited for
+# while the head is held, where a writer holding one of those rows and waiting for the head
+# would deadlock with it. Only PostgreSQL defers them; SQLite writers take turns anyway.
+_DEFERRED_CONSTRAINTS_NOW = "SET CONSTRAINTS ALL IMMEDIATE"
+
+
+def deferred_constraints_check() -> None:
+    """Check the transaction's deferred constraints now, and the rest of it as it goes
+    (PostgreSQL; elsewhere nothing)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_DEFERRED_CONSTRAINTS_NOW)
+
+
 # Why written out: Django's JSONField lookups cannot ask whether a list holds any of some
 # strings on SQLite (``contains`` is unsupported there and ``has_any_keys`` reads an object's
 # keys, not a list's items). A query expression: the ORM compiles it into its queries.

@@ -59,6 +59,7 @@ STATE_KEYS = {
     "decision",
     "created_at",
     "expires_at",
+    "receipt",
     "links",
 }
 
@@ -1322,6 +1323,23 @@ def test_the_interactive_docs_render(db: None) -> None:
 
 
 # --- the call state -----------------------------------------------------------------------
+
+
+def test_an_allowed_calls_receipt_comes_with_its_answer_and_a_held_ones_is_null(
+    db: None,
+) -> None:
+    """docs/receipts.md: the submission's answer, GET and the list carry the receipt of an
+    allowed call as stored; a held call's is null until it is approved."""
+    agent = make_agent()
+    allowed = created(call_of("read_file", '{"path": "a.txt"}'))
+    stored = Call.objects.get(pk=allowed["id"])
+    assert allowed["receipt"] == stored.receipt != ""
+    assert bearer().get(f"{CALLS}/{allowed['id']}").json()["receipt"] == stored.receipt
+    Agent.objects.filter(pk=agent.pk).update(mode="prompt")
+    held = created(call_of("read_file", "{}"))
+    assert held["receipt"] is None
+    listed = {item["id"]: item["receipt"] for item in bearer().get(CALLS).json()["items"]}
+    assert listed == {allowed["id"]: stored.receipt, held["id"]: None}
 
 
 def test_a_pending_call_state_has_every_key(db: None) -> None:

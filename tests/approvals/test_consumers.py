@@ -169,6 +169,9 @@ async def test_approval_is_pushed_as_the_final_state_then_closes(
     assert state["decision"]["comment"] == "paid, thanks"
     assert [approval["by"] for approval in state["approvals"]] == ["alice"]
     assert state["expires_at"] is None
+    # The receipt signed in the decision's transaction comes with the push (docs/receipts.md).
+    assert state["receipt"] is not None
+    assert state["receipt"] == (await state_of(call))["receipt"]
     await assert_closed(communicator, 1000)
 
 
@@ -179,6 +182,7 @@ async def test_denial_is_pushed_with_the_reviewers_comment(agent: Agent, approve
     await decide(call, approver, approve=False, comment="too much")
     state = await receive_call(communicator)
     assert (state["status"], state["decision"]["comment"]) == ("denied", "too much")
+    assert state["receipt"] is None
     await assert_closed(communicator, 1000)
 
 
@@ -196,7 +200,9 @@ async def test_connecting_after_the_decision_gets_the_final_state_and_a_close(
 async def test_a_call_allowed_at_once_is_final_at_connect(agent: Agent) -> None:
     call = await submit(agent, "12.50")
     communicator = await opened(call_path(call))
-    assert (await receive_call(communicator))["status"] == "allowed"
+    state = await receive_call(communicator)
+    assert state["status"] == "allowed"
+    assert state["receipt"] == call.receipt != ""
     await assert_closed(communicator, 1000)
 
 

@@ -70,6 +70,9 @@ async def test_an_approval_reaches_the_waiting_agent_at_once() -> None:
     assert state["status"] == "approved"
     assert state["decision"]["comment"] == "go ahead"
     assert state["decision"]["by"] == "alice"
+    # The receipt signed in the decision's transaction comes with the push (docs/receipts.md).
+    stored = await sync_to_async(Call.objects.get)(pk=call.pk)
+    assert state["receipt"] == stored.receipt != ""
 
 
 async def test_a_deny_returns_the_comment() -> None:
@@ -78,10 +81,11 @@ async def test_a_deny_returns_the_comment() -> None:
     await asyncio.sleep(0.2)
     await sync_to_async(_decide)(call, approve=False, comment="not this payee")
     status, state = await answer
-    assert (status, state["status"], state["decision"]["comment"]) == (
+    assert (status, state["status"], state["decision"]["comment"], state["receipt"]) == (
         200,
         "denied",
         "not this payee",
+        None,
     )
 
 

@@ -1,7 +1,7 @@
 """The client is its own distribution, ``countersign-client`` (the package index's
 ``countersign`` is another project), which the server requires: ``pip install ./clients/python``
-into a fresh virtualenv brings the import package ``countersign`` with httpx and websockets and
-nothing of the server (no Django, no top-level package but ``countersign`` and its
+into a fresh virtualenv brings the import package ``countersign`` with httpx, websockets and
+joserfc and nothing of the server (no Django, no top-level package but ``countersign`` and its
 dependencies'); an agent run from there is approved at the approver's form and goes on; and
 ``mypy --strict`` on the agent's file, with the package as installed there, passes
 (``py.typed``)."""
@@ -178,11 +178,13 @@ def test_the_client_installs_alone_without_the_server(venv: Path, tmp_path: Path
     dists = report["dists"]
     installed = {canonicalize_name(name) for name in dists}
     assert installed == BASELINE | closure(dists, DISTRIBUTION)
-    assert closure(dists, DISTRIBUTION) >= {"httpx", "websockets"}
+    assert closure(dists, DISTRIBUTION) >= {"httpx", "websockets", "joserfc"}
     server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     servers_own = {canonicalize_name(Requirement(line).name) for line in server}
-    # The client itself, and what it needs too: httpx (with h11) and websockets.
-    assert installed & servers_own <= {DISTRIBUTION, "httpx", "h11", "websockets"}
+    # The client itself, and what it needs too: httpx (with h11), websockets, and joserfc with
+    # cryptography, which verify receipts.
+    shared = {DISTRIBUTION, "httpx", "h11", "websockets", "joserfc", "cryptography"}
+    assert installed & servers_own <= shared
     assert "django" not in installed
 
     (ours,) = (value for name, value in dists.items() if canonicalize_name(name) == DISTRIBUTION)

@@ -119,6 +119,8 @@ def test_the_api_keeps_its_openapi_document(transactional_db: None) -> None:
         "POST /api/v1/calls/{call_id}/cancel",
         "GET /api/v1/calls/{call_id}/wait",
         "GET /api/v1/currencies",
+        "GET /api/v1/audit",
+        "GET /api/v1/audit/head",
     }
     assert total >= 200
     # Authenticated for real: calls were read, listed, waited for, cancelled and created.

@@ -7,7 +7,9 @@ running (a notebook, sync code called from async code).
 
 Fail-closed: anything but a final ``allowed`` or ``approved`` — a refusal, a denial, an error,
 an unreachable service, a deadline passed — ends in a ``NotApproved`` from ``gated``, never in
-running the function.
+running the function. A wait's deadline is kept by the wall clock, whatever the service does:
+the sync client runs a wait with a deadline where it can be abandoned (``countersign.bounded``),
+the async one under ``asyncio.timeout``.
 
 A wait says once, at INFO on the ``countersign`` logger, which call it waits for, why it is
 held and the page where a person decides it; a wait interrupted (Ctrl-C, a cancelled task)
@@ -29,8 +31,9 @@ import httpx
 from websockets.asyncio.client import connect as connect_async
 from websockets.sync.client import connect as connect_sync
 
-from countersign import errors, protocol, waiting
+from countersign import bounded, errors, protocol, waiting
 from countersign.protocol import CallState
+from countersign.receipts import receipt_context
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -126,7 +129,7 @@ class Client:
         plan = waiting.WaitPlan(deadline, reconnect_for=self.reconnect_for)
         try:
             logger.info(waiting.held_notice(call, page=protocol.page_url(self._shown_url, call)))
-            return self._wait(call, plan)
+            return self._wait_by_deadline(call, plan)
         except waiting.DeadlineReached as reached:
             seconds = reached.seconds
         except KeyboardInterrupt:
@@ -135,16 +138,32 @@ class Client:
             raise
         return self._give_up(call, seconds=seconds, cancel=cancel)
 
+    def _wait_by_deadline(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
+        """``_wait``, ended at the plan's deadline even while a request is held (a service
+        dribbling its answer): it runs on a thread that is abandoned there, and told to stop."""
+        left = plan.time_left()
+        if left is None:
+            return self._wait(call, plan)
+        try:
+            return bounded.within(left, lambda: self._wait(call, plan))
+        except bounded.NoAnswer:
+            raise plan.overran() from None
+        finally:
+            plan.abandon()
+
     def _withdraw(self, call: CallState | str) -> None:
         failure: Exception | None = None
         try:
-            self._request(
-                "POST",
-                protocol.call_path(call, "/cancel"),
-                attempts=1,
-                timeout=min(self.timeout, waiting.WITHDRAW_TIMEOUT),
+            bounded.within(
+                waiting.WITHDRAW_TIMEOUT,
+                lambda: self._request(
+                    "POST",
+                    protocol.call_path(call, "/cancel"),
+                    attempts=1,
+                    timeout=min(self.timeout, waiting.WITHDRAW_TIMEOUT),
+                ),
             )
-        except errors.NotApproved as error:
+        except (errors.NotApproved, bounded.NoAnswer) as error:
             failure = error
         logger.info(waiting.withdrawn_notice(call, failure))
 
@@ -154,13 +173,18 @@ class Client:
                 errors.DEADLINE_PASSED, call_id=protocol.call_id(call), cancelled=False
             )
         try:
-            try:
-                state = self._request("POST", protocol.call_path(call, "/cancel"))
-            except errors.Conflict:  # final already: decided meanwhile, or a retried cancel
-                state = self.get(call)
-        except errors.NotApproved as error:
+            state = bounded.within(waiting.WITHDRAW_TIMEOUT, lambda: self._cancel_or_read(call))
+        except (errors.NotApproved, bounded.NoAnswer) as error:
             raise waiting.not_cancelled(call, seconds=seconds, error=error) from error
         return waiting.gave_up(state, seconds=seconds)
+
+    def _cancel_or_read(self, call: CallState | str) -> CallState:
+        """The call's state once cancelled, or, final already, as it ended."""
+        timeout = min(self.timeout, waiting.WITHDRAW_TIMEOUT)
+        try:
+            return self._request("POST", protocol.call_path(call, "/cancel"), timeout=timeout)
+        except errors.Conflict:  # final already: decided meanwhile, or a retried cancel
+            return self._request("GET", protocol.call_path(call), timeout=timeout)
 
     def _wait(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
         while True:
@@ -221,7 +245,9 @@ class Client:
         status and comment), ``TimedOut`` when ``deadline`` seconds pass first (the call is
         cancelled), ``EditDoesNotFit`` for an edit the function's parameters cannot take (the
         call stays approved and counted), or the error that kept the answer away (an
-        unreachable service too).
+        unreachable service too). While the function runs, ``countersign.current_receipt()``
+        is the call's receipt (docs/receipts.md), for a function under ``requires_receipt``
+        or a service it calls that verifies it.
 
         ``context`` is what the approver reads as the reason for the call: a string, or a
         function given the arguments as submitted (name → value, defaults included) that
@@ -243,7 +269,8 @@ class Client:
                 )
                 protocol.raise_unless_go(state)
                 run_args, run_kwargs = protocol.gated_call(signature, args, kwargs, state)
-                return function(*run_args, **run_kwargs)
+                with receipt_context(state.get("receipt")):
+                    return function(*run_args, **run_kwargs)
 
             return gate
 
@@ -380,7 +407,7 @@ class AsyncClient:
         plan = waiting.WaitPlan(deadline, reconnect_for=self.reconnect_for)
         try:
             logger.info(waiting.held_notice(call, page=protocol.page_url(self._shown_url, call)))
-            return await self._wait(call, plan)
+            return await self._wait_by_deadline(call, plan)
         except waiting.DeadlineReached as reached:
             seconds = reached.seconds
         except asyncio.CancelledError:
@@ -388,6 +415,18 @@ class AsyncClient:
                 await self._withdraw(call)
             raise
         return await self._give_up(call, seconds=seconds, cancel=cancel)
+
+    async def _wait_by_deadline(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
+        """``_wait``, cancelled at the plan's deadline even while a request is held (a service
+        dribbling its answer)."""
+        bound = asyncio.timeout(plan.time_left())
+        try:
+            async with bound:
+                return await self._wait(call, plan)
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            raise plan.overran() from None
 
     async def _withdraw(self, call: CallState | str) -> None:
         """The cancel runs as a task of its own: a caller cancelled again, or a cancel scope
@@ -403,8 +442,10 @@ class AsyncClient:
         try:
             async with asyncio.timeout(waiting.WITHDRAW_TIMEOUT):
                 await self._request("POST", protocol.call_path(call, "/cancel"), attempts=1)
-        except (errors.NotApproved, TimeoutError) as error:
+        except errors.NotApproved as error:
             failure = error
+        except TimeoutError:
+            failure = bounded.NoAnswer(waiting.WITHDRAW_TIMEOUT)
         logger.info(waiting.withdrawn_notice(call, failure))
 
     async def _give_up(self, call: CallState | str, *, seconds: float, cancel: bool) -> CallState:
@@ -413,12 +454,16 @@ class AsyncClient:
                 errors.DEADLINE_PASSED, call_id=protocol.call_id(call), cancelled=False
             )
         try:
-            try:
-                state = await self._request("POST", protocol.call_path(call, "/cancel"))
-            except errors.Conflict:  # final already: decided meanwhile, or a retried cancel
-                state = await self.get(call)
+            async with asyncio.timeout(waiting.WITHDRAW_TIMEOUT):
+                try:
+                    state = await self._request("POST", protocol.call_path(call, "/cancel"))
+                except errors.Conflict:  # final already: decided meanwhile, or a retried cancel
+                    state = await self.get(call)
         except errors.NotApproved as error:
             raise waiting.not_cancelled(call, seconds=seconds, error=error) from error
+        except TimeoutError:
+            no_answer = bounded.NoAnswer(waiting.WITHDRAW_TIMEOUT)
+            raise waiting.not_cancelled(call, seconds=seconds, error=no_answer) from no_answer
         return waiting.gave_up(state, seconds=seconds)
 
     async def _wait(self, call: CallState | str, plan: waiting.WaitPlan) -> CallState:
@@ -493,7 +538,8 @@ class AsyncClient:
                 )
                 protocol.raise_unless_go(state)
                 run_args, run_kwargs = protocol.gated_call(signature, args, kwargs, state)
-                return await function(*run_args, **run_kwargs)
+                with receipt_context(state.get("receipt")):
+                    return await function(*run_args, **run_kwargs)
 
             return gate
 

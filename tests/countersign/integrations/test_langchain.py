@@ -18,6 +18,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
+import countersign
 from approvals.models import Call, RunCounter
 from countersign import AsyncClient, Client
 from countersign.integrations.langchain import CountersignMiddleware, resolve_hitl_interrupt
@@ -72,11 +73,13 @@ def model(*payments: dict[str, Any], tokens: int = 0) -> ToolCallingFakeModel:
 class Ledger:
     def __init__(self) -> None:
         self.paid: list[tuple[str, str]] = []
+        self.receipts: list[str | None] = []  # what the tool was handed, payment by payment
 
         @tool
         def pay(amount: str, payee: str) -> str:
             """Pay an amount in USD to a payee."""
             self.paid.append((amount, payee))
+            self.receipts.append(countersign.current_receipt())
             return f"paid USD {amount} to {payee}"
 
         self.tool: BaseTool = pay
@@ -106,6 +109,7 @@ def test_an_allowed_call_runs_and_its_tokens_are_reported(client: Client) -> Non
     call = Call.objects.get()
     assert (call.tool, call.status, call.context) == ("pay", "allowed", "LangChain agent")
     assert RunCounter.objects.get(scope="run").tokens == 300  # the budget counts them
+    assert ledger.receipts == [call.receipt]  # the tool is handed the call's receipt
 
 
 def test_a_held_call_approved_at_the_form_runs(server: LiveServer, client: Client) -> None:
@@ -113,6 +117,7 @@ def test_a_held_call_approved_at_the_form_runs(server: LiveServer, client: Clien
     with person(server, APPROVE):
         run(model({"amount": "600.00", "payee": "ACME"}), ledger, CountersignMiddleware(client))
     assert ledger.paid == [("600.00", "ACME")]
+    assert ledger.receipts == [Call.objects.get(status="approved").receipt]
 
 
 def test_a_denied_call_does_not_run_and_the_model_reads_why(

@@ -17,6 +17,7 @@ from agents import Agent, FunctionTool, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
+import countersign
 from approvals.models import Agent as AgentRow
 from approvals.models import Budget, Call
 from countersign import AsyncClient
@@ -50,11 +51,13 @@ class Ledger:
 
     def __init__(self, name: str = "pay") -> None:
         self.paid: list[tuple[str, str]] = []
+        self.receipts: list[str | None] = []  # what the tool was handed, payment by payment
 
         @function_tool(name_override=name)
         def pay(amount: str, payee: str) -> str:
             """Pay an amount in USD to a payee."""
             self.paid.append((amount, payee))
+            self.receipts.append(countersign.current_receipt())
             return f"paid USD {amount} to {payee}"
 
         self.tool: FunctionTool = pay
@@ -99,6 +102,7 @@ async def test_an_allowed_call_runs(client: AsyncClient) -> None:
     call = await Call.objects.aget()
     assert (call.tool, call.status, call.run_id) == ("pay", "allowed", RUN)
     assert call.context == "OpenAI Agents SDK agent payer"
+    assert ledger.receipts == [call.receipt]  # the tool is handed the call's receipt
 
 
 async def test_a_held_call_approved_at_the_form_runs(
@@ -108,7 +112,9 @@ async def test_a_held_call_approved_at_the_form_runs(
     with person(server, APPROVE):
         await Runner.run(agent(model, gated_tool(ledger.tool, client=client)), "Pay ACME")
     assert ledger.paid == [("600.00", "ACME")]
-    assert (await Call.objects.aget()).status == "approved"
+    call = await Call.objects.aget()
+    assert call.status == "approved"
+    assert ledger.receipts == [call.receipt]
 
 
 async def test_a_denied_call_does_not_run_and_the_model_reads_why(

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -25,7 +25,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from approvals.models import Call, RunCounter
-from countersign import AsyncClient, Client
+from countersign import RECEIPT_META_KEY, AsyncClient, Client
 from countersign.integrations.pydantic_ai import approve_deferred, approve_deferred_async
 from tests.countersign.integrations.live import (
     APPROVE,
@@ -66,14 +66,16 @@ class Payments:
 
     def __init__(self, *amounts: str, tokens: int = 0) -> None:
         self.paid: list[tuple[Decimal, str]] = []
+        self.receipts: list[Any] = []  # the tool's metadata from the approval, payment by payment
         self.amounts = amounts
         self.tokens = tokens
         self.agent = Agent(FunctionModel(self.respond), output_type=[str, DeferredToolRequests])
 
-        @self.agent.tool_plain(requires_approval=True)
-        def pay(amount: Decimal, payee: str) -> str:
+        @self.agent.tool(requires_approval=True)
+        def pay(ctx: RunContext[object], amount: Decimal, payee: str) -> str:
             """Pay an amount in USD to a payee."""
             self.paid.append((amount, payee))
+            self.receipts.append((ctx.tool_call_metadata or {}).get(RECEIPT_META_KEY))
             return f"paid USD {amount} to {payee}"
 
     def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -118,6 +120,7 @@ def test_an_allowed_call_runs_and_its_tokens_are_reported(client: Client) -> Non
     call = Call.objects.get()
     assert (call.tool, call.status, call.context) == ("pay", "allowed", "PydanticAI agent")
     assert RunCounter.objects.get(scope="run").tokens == 300  # the budget counts them
+    assert payments.receipts == [call.receipt]  # the tool is handed the call's receipt
 
 
 def test_a_held_call_approved_at_the_form_runs(server: LiveServer, client: Client) -> None:
@@ -127,6 +130,7 @@ def test_a_held_call_approved_at_the_form_runs(server: LiveServer, client: Clien
         results = approve_deferred(paused.output, client=client)
     assert payments.resume(paused, results) == "paid USD 600.00 to ACME"
     assert payments.paid == [(Decimal("600.00"), "ACME")]
+    assert payments.receipts == [Call.objects.get(status="approved").receipt]
 
 
 def test_a_denied_call_does_not_run_and_the_model_reads_why(
@@ -137,6 +141,7 @@ def test_a_denied_call_does_not_run_and_the_model_reads_why(
     with person(server, DENY):
         results = approve_deferred(paused.output, client=client)
     assert results.approvals == {"call-0": ToolDenied(DENIED)}
+    assert results.metadata == {}  # no receipt for a call that must not run
     assert payments.resume(paused, results) == DENIED
     assert payments.paid == []
 

@@ -7,6 +7,11 @@ that keeps it from a decision — input that is not the documented JSON, no URL 
 service unreachable or answering an error, a signal — is one line on stderr and exit status
 2, which Claude Code takes as a block. It never exits 1: Claude Code lets a tool run after a
 hook's other failures.
+
+One hard deadline bounds the whole run, whatever the service does (silent, or dribbling its
+answers a byte at a time): the wait for a decision ends ``--timeout`` seconds after the hook
+starts, the cancel after it gets ``WITHDRAW_TIMEOUT``, and a watchdog thread ends the process
+with the blocking answer ``HARD_MARGIN`` seconds after ``--timeout`` if it is still running.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import shlex
 import signal
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,16 +34,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from countersign import errors, protocol
+from countersign import bounded, errors, protocol, waiting
 from countersign.client import Client
 
 EXIT_DECIDED = 0
 EXIT_BLOCK = 2
 
 DEFAULT_TIMEOUT = 3600.0
-# Claude Code lets the tool run when a hook outlives the hook's own timeout, so the installed
-# entry gives the hook its whole wait, the cancel after it, and this much more.
+# Claude Code lets the tool run when a hook outlives the hook's own timeout (unless the entry
+# says onFailure "block", which only Claude Code 2.1.295 and later read), so the installed entry
+# gives the hook its whole run, the hard deadline's margin included, and more.
 CLAUDE_TIMEOUT_MARGIN = 60
+# The watchdog's margin past --timeout: room for the cancel at the deadline (WITHDRAW_TIMEOUT)
+# to finish first, and, with the interpreter's start, still within --timeout + 15 s.
+HARD_MARGIN = 10.0
+ON_FAILURE = "block"  # Claude Code blocks the tool when the hook cannot start, crashes or times out
 # Each request is short, and a lost service is given up on after this long, so that an
 # unreachable service blocks the tool within about 30 seconds rather than hanging the session.
 REQUEST_TIMEOUT = 5.0
@@ -59,6 +71,10 @@ STOPPED_NOT_SUBMITTED = (
     "if the service received the call before that, it stays pending until it expires"
 )
 FAILED = "Countersign could not decide this call ({kind}): the tool must not run."
+OVERRAN = (
+    "No decision from Countersign within the hook's deadline ({seconds:g} seconds): the tool "
+    "must not run. A call the service received stays pending until it expires."
+)
 BLOCK_LINE = "countersign: {message}"
 
 CONTEXT = "Claude Code, working in {cwd}"
@@ -185,9 +201,18 @@ def decision_for(state: protocol.CallState) -> str:
     return _output("allow", reason, updated)
 
 
-def timed_out(error: errors.TimedOut) -> str:
-    """The hook's stdout when its wait ran out: ``deny``, saying it stopped waiting."""
-    return _output("deny", NOT_APPROVED.format(message=error))
+def timed_out(error: errors.TimedOut, *, seconds: float) -> str:
+    """The hook's stdout when its wait ran out ``seconds`` after the hook started: ``deny``,
+    saying it stopped waiting, and whether it cancelled the call."""
+    cause = error.__cause__
+    if error.cancelled:
+        message = errors.DEADLINE_CANCELLED.format(seconds=seconds)
+    elif isinstance(cause, Exception):
+        detail = waiting.failure_detail(cause)
+        message = errors.DEADLINE_NOT_CANCELLED.format(seconds=seconds, detail=detail)
+    else:
+        message = str(error)
+    return _output("deny", NOT_APPROVED.format(message=message))
 
 
 @contextmanager
@@ -206,7 +231,7 @@ def _stop_signals() -> Iterator[None]:
             signal.signal(number, handler)
 
 
-def _decide(text: str, *, timeout: float) -> str:
+def _decide(text: str, *, timeout: float, started: float) -> str:
     call = hook_input(text)
     try:
         client = Client(timeout=REQUEST_TIMEOUT, reconnect_for=RECONNECT_FOR)
@@ -222,9 +247,10 @@ def _decide(text: str, *, timeout: float) -> str:
                 context=call.context(),
                 idempotency_key=call.tool_use_id,
             )
-            final = client.wait(state, deadline=timeout)
+            # The submit's time counts: the wait ends --timeout seconds after the hook began.
+            final = client.wait(state, deadline=timeout - (time.monotonic() - started))
         except errors.TimedOut as error:
-            return timed_out(error)
+            return timed_out(error, seconds=timeout)
         except _Stopped:
             raise HookFailed(STOPPED.format(outcome=_withdraw(client, state))) from None
         except errors.NotApproved as error:
@@ -236,18 +262,52 @@ def _withdraw(client: Client, state: protocol.CallState | None) -> str:
     if state is None:
         return STOPPED_NOT_SUBMITTED
     try:
-        client.cancel(state)
-    except errors.NotApproved as error:
-        return STOPPED_NOT_CANCELLED.format(detail=error.code or type(error).__name__)
+        bounded.within(waiting.WITHDRAW_TIMEOUT, lambda: client.cancel(state))
+    except (errors.NotApproved, bounded.NoAnswer) as error:
+        return STOPPED_NOT_CANCELLED.format(detail=waiting.failure_detail(error))
     return STOPPED_CANCELLED
+
+
+class _Answer:
+    """The hook's one answer, given once: by the hook when it has one, else by the watchdog
+    at the hard deadline, which then ends the process with it.
+
+    A watchdog thread rather than a bound on each step: it also ends what no request timeout
+    reaches (a stdin never closed, a name lookup that hangs, a service dribbling its answers)."""
+
+    def __init__(self, stderr: TextIO, *, seconds: float) -> None:
+        self._stderr = stderr
+        self._seconds = seconds
+        self._given = threading.Lock()
+        self._watchdog = threading.Timer(seconds, self._overran)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def give(self, stream: TextIO, line: str) -> None:
+        """Write the answer, unless the watchdog is giving its own (it then ends the process)."""
+        self._given.acquire()
+        self._watchdog.cancel()
+        stream.write(line + "\n")
+        stream.flush()
+
+    def _overran(self) -> None:
+        if not self._given.acquire(blocking=False):
+            return  # the hook is writing its answer
+        message = OVERRAN.format(seconds=self._seconds)
+        self._stderr.write(BLOCK_LINE.format(message=message) + "\n")
+        self._stderr.flush()
+        os._exit(EXIT_BLOCK)
 
 
 def hook(stdin: TextIO, stdout: TextIO, stderr: TextIO, *, timeout: float) -> int:
     """``countersign hook claude-code``: the exit status; one JSON decision on stdout (0), or
-    one line on stderr (2). Every failure blocks, including the unforeseen."""
+    one line on stderr (2). Every failure blocks, including the unforeseen; a run still going
+    ``HARD_MARGIN`` seconds past ``timeout`` ends the process with status 2."""
+    started = time.monotonic()
+    answer = _Answer(stderr, seconds=timeout + HARD_MARGIN)
     try:
         with _stop_signals():
-            output = _decide(stdin.read(), timeout=timeout)
+            output = _decide(stdin.read(), timeout=timeout, started=started)
     except HookFailed as failure:
         message = str(failure)
     except _Stopped:
@@ -255,11 +315,9 @@ def hook(stdin: TextIO, stdout: TextIO, stderr: TextIO, *, timeout: float) -> in
     except Exception as error:  # whatever it is, the tool must not run
         message = FAILED.format(kind=type(error).__name__)
     else:
-        stdout.write(output + "\n")
-        stdout.flush()
+        answer.give(stdout, output)
         return EXIT_DECIDED
-    stderr.write(BLOCK_LINE.format(message=" ".join(message.split())) + "\n")
-    stderr.flush()
+    answer.give(stderr, BLOCK_LINE.format(message=" ".join(message.split())))
     return EXIT_BLOCK
 
 
@@ -280,10 +338,14 @@ def hook_command(*, timeout: float, python: str = sys.executable) -> str:
 
 
 def hook_entry(*, timeout: float, python: str = sys.executable) -> dict[str, Any]:
+    """The settings' entry: the command, Claude Code's own timeout for it, and ``onFailure``
+    so that a hook Claude Code cannot start, that crashes or that outlives that timeout blocks
+    the tool (Claude Code before 2.1.295 ignores the key, and the hook's own deadline guards)."""
     return {
         "type": "command",
         "command": hook_command(timeout=timeout, python=python),
         "timeout": math.ceil(timeout) + CLAUDE_TIMEOUT_MARGIN,
+        "onFailure": ON_FAILURE,
     }
 
 

@@ -4,7 +4,8 @@
   or of the tools named) is submitted and waited for before the tool runs. Allowed or
   approved, the tool runs, with the approver's edited arguments when edited; anything else —
   refused, denied, expired, given up on, Countersign unreachable or failing — and the tool
-  does not run: the model gets a ``ToolMessage`` with ``status="error"`` saying why.
+  does not run: the model gets a ``ToolMessage`` with ``status="error"`` saying why. While
+  the tool runs, ``countersign.current_receipt()`` is the call's receipt (docs/receipts.md).
 - ``resolve_hitl_interrupt(value, client=...)`` answers the interrupt of LangChain's own
   ``HumanInTheLoopMiddleware`` (batched, its default) with Countersign's decisions, for
   ``agent.invoke(Command(resume=...), config)``.
@@ -27,6 +28,7 @@ from langgraph.types import Command
 
 from countersign import errors, protocol
 from countersign.client import AsyncClient, Client
+from countersign.receipts import receipt_context
 
 NOT_APPROVED = "Countersign: {message}"
 FAILED = "Countersign could not decide this call ({kind}), so the tool did not run."
@@ -47,6 +49,8 @@ CONTEXT = "LangChain agent"
 CONTEXT_THREAD = "LangChain agent, thread {thread}"
 
 ToolResult = ToolMessage | Command[Any]
+# A gated call's outcome: the request to run and its receipt, or the refusal.
+_Decided = tuple[ToolCallRequest, str | None] | ToolMessage
 
 
 def _thread(request: ToolCallRequest) -> str | None:
@@ -126,18 +130,18 @@ class CountersignMiddleware(AgentMiddleware):
             }
         return None
 
-    def _outcome(
-        self, request: ToolCallRequest, final: protocol.CallState
-    ) -> ToolCallRequest | ToolMessage:
-        """The request to run (edited when the approver edited it), or the refusal."""
+    def _outcome(self, request: ToolCallRequest, final: protocol.CallState) -> _Decided:
+        """The request to run (edited when the approver edited it) with the call's receipt,
+        or the refusal."""
         try:
             protocol.raise_unless_go(final)
             edited = protocol.edited_arguments(final)
         except errors.NotApproved as no:
             return self._refusal(request, NOT_APPROVED.format(message=no))
-        if edited is None:
-            return request
-        return request.override(tool_call={**request.tool_call, "args": edited})
+        receipt = final.get("receipt")
+        if edited is not None:
+            request = request.override(tool_call={**request.tool_call, "args": edited})
+        return request, receipt if isinstance(receipt, str) else None
 
     @staticmethod
     def _refusal(request: ToolCallRequest, reason: str) -> ToolMessage:
@@ -151,7 +155,7 @@ class CountersignMiddleware(AgentMiddleware):
             return self._refusal(request, NOT_APPROVED.format(message=error))
         return self._refusal(request, FAILED.format(kind=type(error).__name__))
 
-    def _decide(self, request: ToolCallRequest) -> ToolCallRequest | ToolMessage:
+    def _decide(self, request: ToolCallRequest) -> _Decided:
         if not isinstance(self.client, Client):
             raise TypeError(NEEDS_ASYNC)
         try:
@@ -168,7 +172,11 @@ class CountersignMiddleware(AgentMiddleware):
         if not self._gates(request.tool_call["name"]):
             return handler(request)
         decided = self._decide(request)
-        return decided if isinstance(decided, ToolMessage) else handler(decided)
+        if isinstance(decided, ToolMessage):
+            return decided
+        approved, receipt = decided
+        with receipt_context(receipt):
+            return handler(approved)
 
     async def awrap_tool_call(
         self,
@@ -186,7 +194,11 @@ class CountersignMiddleware(AgentMiddleware):
                 decided = self._failed(request, error)
             else:
                 decided = self._outcome(request, final)
-        return decided if isinstance(decided, ToolMessage) else await handler(decided)
+        if isinstance(decided, ToolMessage):
+            return decided
+        approved, receipt = decided
+        with receipt_context(receipt):
+            return await handler(approved)
 
 
 def _call(client: Client, *, deadline: float | None, **submission: Any) -> protocol.CallState:

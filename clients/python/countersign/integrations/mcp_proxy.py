@@ -9,8 +9,10 @@ is submitted to Countersign first and forwarded only on a final ``allowed`` or `
 with the approver's arguments when they were edited; anything else — refused, denied, expired,
 cancelled, the service unreachable or answering an error, anything unforeseen — is a
 ``CallToolResult`` with ``isError`` and one text item saying why, and the upstream is never
-called. A held call waits as long as its hold, sending progress notifications while it waits
-(to clients that asked for progress); an MCP client that cancels its request cancels the call.
+called. A call forwarded carries its receipt in the request's
+``_meta["dev.countersign/receipt"]``, for an upstream that verifies it (docs/receipts.md). A
+held call waits as long as its hold, sending progress notifications while it waits (to
+clients that asked for progress); an MCP client that cancels its request cancels the call.
 
 Upstream tool annotations are the upstream's own claims: they are shown to the approver but
 decide nothing — the service's policies do. At start the proxy logs (INFO, on the
@@ -27,7 +29,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp.types as types
@@ -41,6 +43,7 @@ from mcp.shared.exceptions import MCPError
 
 from countersign import errors, protocol
 from countersign.client import AsyncClient
+from countersign.receipts import RECEIPT_META_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +215,7 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         held = _Held(ctx, every=self.progress_every)
         try:
-            arguments = await self._decide(params, held)
+            arguments, receipt = await self._decide(params, held)
         except _Refused as refused:
             return refusal(str(refused))
         except errors.NotApproved as error:
@@ -225,6 +228,8 @@ class Gateway:
             progress_callback=held.relay,
             input_responses=params.input_responses,
             request_state=params.request_state,
+            # The receipt, for an upstream that verifies what it runs (docs/receipts.md).
+            meta=_receipt_meta(receipt),
             allow_input_required=True,
         )
 
@@ -233,9 +238,11 @@ class Gateway:
             await self._listed(None)
         return self.tools.get(tool)
 
-    async def _decide(self, params: types.CallToolRequestParams, held: _Held) -> Any:
-        """The arguments to call the upstream with, once the call may go; ``_Refused`` or a
-        ``NotApproved`` otherwise."""
+    async def _decide(
+        self, params: types.CallToolRequestParams, held: _Held
+    ) -> tuple[Any, str | None]:
+        """The arguments to call the upstream with, once the call may go, and the call's
+        receipt; ``_Refused`` or a ``NotApproved`` otherwise."""
         sent = protocol.arguments_text(params.arguments or {})
         context = call_context(
             await self._describe(params.name), name=params.name, server=self.server_name
@@ -249,7 +256,9 @@ class Gateway:
         if not protocol.is_final(state):
             state = await self._wait(state, held, tool=params.name)
         protocol.raise_unless_go(state)
-        return approved_arguments(state, sent, params.arguments)
+        receipt = state.get("receipt")
+        arguments = approved_arguments(state, sent, params.arguments)
+        return arguments, receipt if isinstance(receipt, str) else None
 
     async def _wait(
         self, state: protocol.CallState, held: _Held, *, tool: str
@@ -342,6 +351,13 @@ class Gateway:
         if capabilities.completions is not None:
             handlers.update(on_completion=self.complete)
         return _PassThrough(initialized, **handlers)
+
+
+def _receipt_meta(receipt: str | None) -> types.RequestParamsMeta | None:
+    """The upstream request's ``_meta``: the receipt under its key, or none."""
+    if receipt is None:
+        return None
+    return cast("types.RequestParamsMeta", {RECEIPT_META_KEY: receipt})
 
 
 def _bare(params: Any) -> Any:

@@ -6,7 +6,8 @@ Two ways in, both fail-closed:
   waited for inside the run. Allowed or approved, the tool runs (with the approver's edited
   arguments when edited); anything else — refused, denied, expired, given up on, Countersign
   unreachable or failing — and it does not run: the tool's output is the reason, so the model
-  can adapt, and no exception ends the run.
+  can adapt, and no exception ends the run. While the tool runs,
+  ``countersign.current_receipt()`` is the call's receipt (docs/receipts.md).
 - ``await resolve_interruptions(result, client=...)`` answers a run paused by the SDK's own
   ``needs_approval``: each interruption is submitted and waited for, then approved or rejected
   on the run's state, which the caller resumes with ``Runner.run(agent, state)``.
@@ -29,6 +30,7 @@ from agents.usage import Usage
 
 from countersign import errors, protocol
 from countersign.client import AsyncClient
+from countersign.receipts import receipt_context
 
 NOT_APPROVED = "Countersign: {message}"
 FAILED = "Countersign could not decide this call ({kind}), so the tool did not run."
@@ -101,7 +103,8 @@ def gated_tool(
         except Exception as error:  # whatever it is, the tool must not run
             return FAILED.format(kind=type(error).__name__)
         approved = final["arguments"] if final.get("edited") is True else arguments
-        return await invoke(ctx, approved)
+        with receipt_context(final.get("receipt")):
+            return await invoke(ctx, approved)
 
     gated = copy.copy(tool)  # the SDK's own copy: the same schema, guardrails and settings
     gated.on_invoke_tool = gate

@@ -6,7 +6,9 @@ calls it wants to make. ``approve_deferred(requests, client=...)`` submits every
 ``requests.approvals`` at once, waits for them together, and answers each: ``True`` when
 allowed or approved, ``ToolApproved(override_args=...)`` when the approver edited the
 arguments, and ``ToolDenied(message)`` otherwise — refused, denied, expired, given up on,
-Countersign unreachable or failing — so the tool does not run and the model reads why. The
+Countersign unreachable or failing — so the tool does not run and the model reads why. An
+approved call's receipt (docs/receipts.md) goes with it as the tool's
+``ctx.tool_call_metadata["dev.countersign/receipt"]``. The
 caller resumes with ``agent.run(message_history=result.all_messages(),
 deferred_tool_results=...)``. ``approve_deferred_async`` is the same for an ``AsyncClient``.
 
@@ -26,6 +28,7 @@ from pydantic_ai.usage import RunUsage
 
 from countersign import errors, protocol
 from countersign.client import AsyncClient, Client
+from countersign.receipts import RECEIPT_META_KEY
 
 NOT_APPROVED = "Countersign: {message}"
 FAILED = "Countersign could not decide this call ({kind}), so the tool did not run."
@@ -76,11 +79,18 @@ def _approval(final: protocol.CallState | Exception) -> Approval:
 def _results(
     parts: list[ToolCallPart], finals: list[protocol.CallState | Exception]
 ) -> DeferredToolResults:
-    return DeferredToolResults(
-        approvals={
-            part.tool_call_id: _approval(final) for part, final in zip(parts, finals, strict=True)
-        }
-    )
+    approvals = {
+        part.tool_call_id: _approval(final) for part, final in zip(parts, finals, strict=True)
+    }
+    # Each approved call's receipt, which the tool reads as ``ctx.tool_call_metadata``.
+    metadata = {
+        part.tool_call_id: {RECEIPT_META_KEY: final["receipt"]}
+        for part, final in zip(parts, finals, strict=True)
+        if not isinstance(final, Exception)
+        and not isinstance(approvals[part.tool_call_id], ToolDenied)
+        and isinstance(final.get("receipt"), str)
+    }
+    return DeferredToolResults(approvals=approvals, metadata=metadata)
 
 
 def approve_deferred(
