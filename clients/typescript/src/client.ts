@@ -203,13 +203,14 @@ export class Client {
   /**
    * An async function that submits each call of `fn` as `tool` with its arguments, and runs
    * `fn` only if the call is allowed or approved: with the approver's edited arguments when
-   * they edited them. Otherwise `fn` does not run and the function throws: `NotApproved` (with
-   * the status, the reason and the comment), `TimedOut` when `deadlineMs` passes first (the
-   * call is cancelled), or the error that kept the answer away.
+   * they edited them, and the final state as its second argument (with the `receipt` a tool
+   * may verify). Otherwise `fn` does not run and the function throws: `NotApproved` (with the
+   * status, the reason and the comment), `TimedOut` when `deadlineMs` passes first (the call
+   * is cancelled), or the error that kept the answer away.
    */
   gated<A extends object, R>(
     tool: string,
-    fn: (args: A) => R | PromiseLike<R>,
+    fn: (args: A, state: CallState) => R | PromiseLike<R>,
     options: GatedOptions<A> = {},
   ): (args: A, call?: { signal?: AbortSignal }) => Promise<Awaited<R>> {
     return async (args, call = {}): Promise<Awaited<R>> => {
@@ -231,9 +232,9 @@ export class Client {
       raiseUnlessGo(final);
       const edited = editedArguments(final);
       if (edited === null) {
-        return await fn(args);
+        return await fn(args, final);
       }
-      return await fn(options.parseEdit ? options.parseEdit(edited) : (edited as A));
+      return await fn(options.parseEdit ? options.parseEdit(edited) : (edited as A), final);
     };
   }
 

@@ -30,3 +30,20 @@ export {
   isGo,
 } from './protocol.js';
 export type { SocketLike, WebSocketConstructor } from './waiting.js';
+export {
+  RECEIPT_META_KEY,
+  RECEIPT_TYPE,
+  type ReceiptClaims,
+  ReceiptExpired,
+  ReceiptInvalid,
+  type ReceiptProblem,
+  ReceiptReplayed,
+  ReceiptBadSignature,
+  ReceiptUnknownKey,
+  ReceiptWrongArguments,
+  ReceiptWrongIssuer,
+  ReceiptWrongTool,
+  ReplayGuard,
+  type VerifyReceiptOptions,
+  verifyReceipt,
+} from './receipts.js';

@@ -60,6 +60,8 @@ export interface CallState {
   created_at: string;
   expires_at: string | null;
   links: { self: string; wait: string; ws: string };
+  /** The signed receipt (`verifyReceipt`) when `allowed` or `approved`; else null. */
+  receipt: string | null;
 }
 
 /** Tokens and cost spent since the agent's previous call (for budgets). */

@@ -102,12 +102,13 @@ export interface RunningServer {
 /** The project's server on `port`, once it answers. */
 export async function startServer(databaseUrl: string, port: number, log: string): Promise<RunningServer> {
   const out = openSync(log, 'a');
+  const url = `http://127.0.0.1:${port}`;
   const child = spawn(PYTHON, ['-m', 'config.serve', '--host', '127.0.0.1', '--port', String(port), '--no-access-log'], {
     cwd: REPOSITORY,
-    env: serverEnvironment(databaseUrl),
+    // Its receipts name it as their issuer.
+    env: { ...serverEnvironment(databaseUrl), COUNTERSIGN_PUBLIC_URL: url },
     stdio: ['ignore', out, out],
   });
-  const url = `http://127.0.0.1:${port}`;
   const stop = async (): Promise<void> => {
     if (child.exitCode !== null || child.signalCode !== null) {
       return;
