@@ -35,8 +35,10 @@ AMOUNT_NEGATIVE = "the amount is negative"
 AMOUNT_WRONG_TYPE = "the amount is neither a number nor a string"
 CURRENCY_MISSING = "the currency argument is missing"
 CURRENCY_NOT_LIMITED = "the currency is not one this rule has a limit in"
-KEY_MISSING = "the key argument is missing"
-KEY_NOT_TEXT = "the key argument is not a string"
+# The key's path comes from the rule (an admin wrote it), never from the call: naming it says
+# which argument the agent left out.
+KEY_MISSING = "the key argument {path} is missing"
+KEY_NOT_TEXT = "the key argument {path} is not a string"
 
 _AMOUNT_CATEGORIES: dict[type[NotAssessable], str] = {
     ArgAbsent: AMOUNT_MISSING,
@@ -116,12 +118,13 @@ def _ledger_key(
         return LedgerKey(rule.name.casefold(), currency, None)
     if key.principal:
         return LedgerKey(rule.name.casefold(), currency, digest_key(principal))
+    path = ".".join(key.path)
     try:
         value = lookup(arguments, key.path)
     except ArgAbsent:
-        raise ArgAbsent(KEY_MISSING) from None
+        raise ArgAbsent(KEY_MISSING.format(path=path)) from None
     if type(value) is not str:
-        raise AmountType(KEY_NOT_TEXT)
+        raise AmountType(KEY_NOT_TEXT.format(path=path))
     if key.trim:
         value = value.strip()
     if key.lower:

@@ -58,6 +58,11 @@ _CONTROL_NAMES = {
     "\x85": "NEXT LINE",
 }
 _UNNAMED = {"Cc": "a control character", "Cs": "a surrogate", "Co": "a private-use character"}
+# A second rule of a name (two names that casefold alike would share one ledger): the line
+# number of the first is enough to find it, and quotes nothing of the file.
+DUPLICATE_NAME = (
+    "a rule name not used before (already defined on line {line}; names match ignoring case)"
+)
 
 
 class Calendar(enum.StrEnum):
@@ -310,17 +315,17 @@ def _parse_money(scan: _Scanner) -> Limit:
         raise scan.fail("a currency code (3 upper-case letters)", code_start)
     scan.blanks("an amount in major units")
     decimal_start, decimal = scan.token(_DECIMAL, "an amount in major units")
-    if not scan.at_boundary(scan.pos) and scan.line[scan.pos] != ",":
-        raise scan.fail("an amount in major units", decimal_start)
+    _end_of_amount(scan, decimal_start, decimal)
     override: int | None = None
     exponent_start = -1
     if _money_continues_with_exponent(scan):
         scan.optional_blanks()
         exponent_start = scan.pos
         scan.pos += len("exponent=")
-        digits_start, digits = scan.token(_EXPONENT_DIGITS, "an exponent from 0 to 18")
+        digits = scan.token(_EXPONENT_DIGITS, "an exponent from 0 to 18")[1]
         if not scan.at_boundary(scan.pos) and scan.line[scan.pos] != ",":
-            raise scan.fail("an exponent from 0 to 18", digits_start)
+            # "exponent=2x": the character that is not a digit, not the exponent's start.
+            raise scan.fail("a digit or the end of the exponent")
         if len(digits) > 2 or (len(digits) == 2 and digits[0] == "0"):
             raise scan.fail("an exponent from 0 to 18", exponent_start)
         override = int(digits)
@@ -348,6 +353,27 @@ def _parse_money(scan: _Scanner) -> Limit:
             "an amount that fits a 64-bit count of minor units", decimal_start
         ) from error
     return Limit(code, exp, minor)
+
+
+def _end_of_amount(scan: _Scanner, start: int, decimal: str) -> None:
+    """The amount just read ends here (a blank, a ',' or the end of the line); else the
+    error points at the character that spoils it (``500.0O``, ``1_000``, ``5e3``), not at
+    the start of the amount."""
+    if scan.at_boundary(scan.pos) or scan.line[scan.pos] == ",":
+        return
+    char = scan.line[scan.pos]
+    fraction = "." in decimal
+    if decimal == "0" and char.isdigit():
+        raise scan.fail("an amount without a leading zero", start)
+    if char == "." and not fraction:  # "500." or "500.-": a point with no digit after it
+        raise scan.fail("digits after the decimal point")
+    if char.isalnum() or char in "._":
+        raise scan.fail(
+            "a digit or the end of the amount"
+            if fraction
+            else "a digit, '.' or the end of the amount"
+        )
+    raise scan.fail("a blank after the amount")
 
 
 def _listed_without_minor_unit(code: str) -> bool:
@@ -557,7 +583,7 @@ def check_rules(text: str | Iterable[str]) -> tuple[list[RuleLine], list[RuleErr
     """
     rules: list[RuleLine] = []
     errors: list[RuleError] = []
-    seen: set[str] = set()
+    first_line: dict[str, int] = {}  # each casefolded name, and the line that defined it
     for number, line in enumerate(_lines(text), start=1):
         content = line.strip(_BLANKS)
         if not content or content.startswith("#"):
@@ -569,11 +595,12 @@ def check_rules(text: str | Iterable[str]) -> tuple[list[RuleLine], list[RuleErr
             errors.append(error)
             continue
         folded = rule.name.casefold()
-        if folded in seen:
+        if folded in first_line:
             column = len(line) - len(line.lstrip(_BLANKS)) + 1
-            errors.append(RuleError(column, "a rule name not used before", number))
+            expected = DUPLICATE_NAME.format(line=first_line[folded])
+            errors.append(RuleError(column, expected, number))
             continue
-        seen.add(folded)
+        first_line[folded] = number
         rules.append(RuleLine(number, line, rule))
     return rules, errors
 

@@ -32,7 +32,7 @@ from config.runtime.asgi_types import Message, Receive, Scope, Send  # noqa: E40
 from config.runtime.body_limit import BodyLimit  # noqa: E402
 from config.runtime.raw_routes import RawRoutes  # noqa: E402
 from config.runtime.sweeper import ensure_sweeper_started, sweeper_lifespan  # noqa: E402
-from notifications.delivery import ensure_delivery_started  # noqa: E402
+from notifications.delivery import delivery_stop, ensure_delivery_started  # noqa: E402
 
 # The long-poll outside Django's handler, where a waiter holds no thread.
 routes = RawRoutes([(WAIT_PATH, wait_app)], django=django_http)
@@ -47,12 +47,16 @@ async def http(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
-    """The sweeper's lifespan, which also starts the delivery loop (docs/notifications.md)."""
+    """The sweeper's lifespan, which also starts the delivery loop and drains it at the
+    server's shutdown (docs/notifications.md)."""
 
     async def received() -> Message:
         message = await receive()
         if message["type"] == "lifespan.startup":
             ensure_delivery_started()
+        elif message["type"] == "lifespan.shutdown":
+            # Bounded by the attempts' deadline: a dribbling receiver cannot hold the stop.
+            await delivery_stop()
         return message
 
     await sweeper_lifespan(scope, received, send)

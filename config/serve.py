@@ -4,7 +4,8 @@ uvicorn, because it hands a request body to the application as it arrives: daphn
 stores the whole body in a temporary file before the application sees a byte, so neither a
 body limit nor a body timeout could act before a client had sent what it declared
 (docs/deploy.md, "The ASGI server"). The options below are the ones Countersign relies on;
-``make run``, the live-server tests and the benchmarks all start the server through here.
+``make run``, ``manage.py runserver`` (with Django's autoreloader), the live-server tests and
+the benchmarks all start the server through here.
 """
 
 from __future__ import annotations
@@ -31,14 +32,9 @@ APPLICATION = "config.asgi:application"
 GRACEFUL_SHUTDOWN_SECONDS = 5
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m config.serve", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument(
-        "--no-access-log", action="store_true", help="do not log a line per request"
-    )
-    args = parser.parse_args(argv)
+def serve(*, host: str, port: int, access_log: bool = True) -> None:
+    """Serve the ASGI application on ``host:port`` until stopped: ``python -m config.serve``
+    and ``manage.py runserver`` (config/management/commands/runserver.py) both come here."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     from django.conf import settings
 
@@ -49,8 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     gc.freeze()
     uvicorn.run(
         APPLICATION,
-        host=args.host,
-        port=args.port,
+        host=host,
+        port=port,
         backlog=LISTEN_BACKLOG,
         loop="uvloop",
         http="httptools",
@@ -63,9 +59,20 @@ def main(argv: list[str] | None = None) -> None:
         proxy_headers=bool(forwarded),
         forwarded_allow_ips=forwarded or None,
         server_header=False,
-        access_log=not args.no_access_log,
+        access_log=access_log,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m config.serve", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--no-access-log", action="store_true", help="do not log a line per request"
+    )
+    args = parser.parse_args(argv)
+    serve(host=args.host, port=args.port, access_log=not args.no_access_log)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,14 @@ from notifications.channels import (
     channel_check,
     channel_delete,
     channel_save,
-    masked_target,
     webhook_secret_new,
 )
+from notifications.masking import secret_masked, target_masked
 from notifications.models import DeliveryAttempt, Notification, NotificationChannel
+
+# In the pages of people who may not change channels, each field holding secrets is shown
+# by a method that masks them.
+MASKED_FIELDS = {"target": "target_masked", "secret": "secret_masked"}
 
 
 class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -84,15 +88,29 @@ class DeliveryAttemptInline(ReadOnlyInline):
 @admin.register(NotificationChannel)
 class NotificationChannelAdmin(AuditedAdmin):
     """Audited like every model, with the secret and the target's credentials masked in the
-    entries (``channel_snapshot``); shown whole only here."""
+    entries (``channel_snapshot``). Shown whole only on a channel's page, to people who may
+    change channels; the list, and every page of people who may only view them, show each
+    secret as ``••••`` (``notifications.masking``)."""
 
     form = NotificationChannelForm
-    list_display = ("__str__", "kind", "masked", "events_shown", "gates_shown", "enabled")
+    list_display = ("__str__", "kind", "target_masked", "events_shown", "gates_shown", "enabled")
     list_filter = ("kind", "enabled")
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        fields = list(super().get_fields(request, obj))
+        if obj is None or self.has_change_permission(request, obj):
+            return fields
+        return [
+            MASKED_FIELDS.get(field, field) if isinstance(field, str) else field for field in fields
+        ]
+
     @admin.display(description="target")
-    def masked(self, obj: NotificationChannel) -> str:
-        return masked_target(obj.kind, obj.target)
+    def target_masked(self, obj: NotificationChannel) -> str:
+        return target_masked(obj.kind, obj.target)
+
+    @admin.display(description="secret")
+    def secret_masked(self, obj: NotificationChannel) -> str:
+        return secret_masked(obj.secret)
 
     @admin.display(description="events")
     def events_shown(self, obj: NotificationChannel) -> str:

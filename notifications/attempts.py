@@ -1,9 +1,11 @@
-"""Delivery's side of the outbox: claiming the due messages under a lease, keeping what each
-attempt came to (retried with backoff, or failed for good), and an admin's retry."""
+"""Delivery's side of the outbox: claiming the due messages under a lease and renewing it,
+keeping what each attempt came to (retried with backoff, or failed for good), an admin's
+retry, and pruning old messages."""
 
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
@@ -31,6 +33,8 @@ FIRST_RETRY_SECONDS = 5.0
 LONGEST_RETRY_SECONDS = 3600.0
 JITTER = 0.2
 NOT_RETRIED = "only a message not yet delivered can be retried"
+# Messages deleted per transaction by a prune.
+PRUNE_BATCH = 500
 
 
 class NotRetried(Conflict):
@@ -123,59 +127,114 @@ class Attempt(NamedTuple):
     ended: datetime
 
 
-def notification_attempts_record(
-    *, attempts: Sequence[Attempt], unattempted: Sequence[uuid.UUID] = ()
-) -> list[str]:
-    """Keep these attempts, in one transaction, and what each makes of its message:
-    delivered, tried again later, or failed for good once ``COUNTERSIGN_NOTIFY_RETRY_HOURS``
-    have passed since it was written; the claimed messages ``unattempted`` are let go, due
-    again at once. Returns each attempted message's status."""
-    messages, kept = [], []
-    for attempt in attempts:
-        message, outcome = attempt.notification, attempt.outcome
-        message.attempts += 1
-        message.lease_until = None
-        if outcome.ok:
-            message.status = Notification.Status.DELIVERED
-            message.delivered_at = attempt.ended
-        else:
-            message.next_attempt_at = attempt.ended + retry_delay(message.attempts)
-            give_up = message.created_at + timedelta(hours=settings.COUNTERSIGN_NOTIFY_RETRY_HOURS)
-            failed = message.next_attempt_at > give_up
-            message.status = Notification.Status.FAILED if failed else PENDING
-        messages.append(message)
-        kept.append(
-            DeliveryAttempt(
-                notification=message,
-                at=attempt.at,
-                duration_ms=outcome.duration_ms,
-                ok=outcome.ok,
-                status_code=outcome.status_code,
-                error=outcome.error[:500],
-            )
-        )
+def notifications_lease_renew(
+    *, notification_ids: Sequence[uuid.UUID], held: datetime, until: datetime
+) -> int:
+    """Move the lease of the claimed messages still held under ``held`` (the lease this
+    claim wrote) on to ``until``; how many were. A message whose lease ran out and was
+    claimed again since has another's lease, and is not this claim's to send any more."""
     with write_transaction():
-        DeliveryAttempt.objects.bulk_create(kept)
-        # A message ends only while still pending (another loop or an admin may have ended
-        # it first), locked until the update, in one order so that two records never
-        # deadlock. Named by id alone: given the status too, SQLite may search the status
-        # index instead, among every pending message.
-        locked = (
-            Notification.objects.select_for_update()
-            .filter(pk__in=[message.pk for message in messages])
+        return Notification.objects.filter(
+            pk__in=list(notification_ids), lease_until=held, status=PENDING
+        ).update(lease_until=until)
+
+
+def notification_attempts_record(
+    *, attempts: Sequence[Attempt], lease_until: datetime, unattempted: Sequence[uuid.UUID] = ()
+) -> list[str]:
+    """Keep these attempts, in one transaction, each counted in its message's ``attempts``,
+    and what each makes of its message: delivered, tried again later, or failed for good once
+    ``COUNTERSIGN_NOTIFY_RETRY_HOURS`` have passed since it was written. Only a message still
+    pending under this claim's lease (``lease_until``) is changed so: one that another loop
+    or an admin ended, or that another loop claimed after this lease ran out, is theirs. The
+    claimed messages ``unattempted`` are let go, due again at once. Returns each attempted
+    message's status."""
+    with write_transaction():
+        # Locked until the update, in one order so that two records never deadlock; the
+        # count read here, so that it is the attempts' rows' count whoever else counted.
+        # Named by id alone: given the status too, SQLite may search the status index
+        # instead, among every pending message.
+        locked = {
+            pk: (status, count, lease)
+            for pk, status, count, lease in Notification.objects.select_for_update()
+            .filter(pk__in=[attempt.notification.pk for attempt in attempts])
             .order_by("pk")
+            .values_list("pk", "status", "attempts", "lease_until")
+        }
+        # A message gone meanwhile (its channel deleted) has nothing to keep.
+        found = [attempt for attempt in attempts if attempt.notification.pk in locked]
+        ended, counted = [], []
+        for attempt in found:
+            message = attempt.notification
+            status, count, lease = locked[message.pk]
+            message.attempts = count + 1
+            if status == PENDING and lease == lease_until:
+                _attempt_end(message, attempt)
+                ended.append(message)
+            else:
+                message.status = status
+                counted.append(message)
+        DeliveryAttempt.objects.bulk_create(
+            DeliveryAttempt(
+                notification=attempt.notification,
+                at=attempt.at,
+                duration_ms=attempt.outcome.duration_ms,
+                ok=attempt.outcome.ok,
+                status_code=attempt.outcome.status_code,
+                error=attempt.outcome.error[:500],
+            )
+            for attempt in found
         )
-        pending = {pk for pk, status in locked.values_list("pk", "status") if status == PENDING}
-        Notification.objects.bulk_update([m for m in messages if m.pk in pending], ATTEMPT_ENDS)
+        Notification.objects.bulk_update(ended, ATTEMPT_ENDS)
+        Notification.objects.bulk_update(counted, ["attempts"])
         if unattempted:
-            Notification.objects.filter(pk__in=unattempted).update(lease_until=None)
+            Notification.objects.filter(pk__in=unattempted, lease_until=lease_until).update(
+                lease_until=None
+            )
+    messages = [attempt.notification for attempt in attempts]
     delivered = sum(attempt.outcome.ok for attempt in attempts)
     metrics.notifications_attempted(
         delivered=delivered,
         failed=len(attempts) - delivered,
-        failed_for_good=sum(m.status == Notification.Status.FAILED for m in messages),
+        failed_for_good=sum(m.status == Notification.Status.FAILED for m in ended),
     )
     return [message.status for message in messages]
+
+
+def _attempt_end(message: Notification, attempt: Attempt) -> None:
+    """What ``attempt`` makes of its message (its ``attempts`` already counting it)."""
+    message.lease_until = None
+    if attempt.outcome.ok:
+        message.status = Notification.Status.DELIVERED
+        message.delivered_at = attempt.ended
+        return
+    message.next_attempt_at = attempt.ended + retry_delay(message.attempts)
+    give_up = message.created_at + timedelta(hours=settings.COUNTERSIGN_NOTIFY_RETRY_HOURS)
+    failed = message.next_attempt_at > give_up
+    message.status = Notification.Status.FAILED if failed else PENDING
+
+
+def notifications_prune(*, now: datetime | None = None, stop: threading.Event | None = None) -> int:
+    """Delete the delivered and failed messages written more than
+    ``COUNTERSIGN_NOTIFY_KEEP_DAYS`` days before ``now``, with their attempts, a batch per
+    transaction (a long prune never holds the database's writers up for long); how many.
+    A pending message is kept whatever its age. ``stop``: end after the batch under way."""
+    before = (now or timezone.now()) - timedelta(days=settings.COUNTERSIGN_NOTIFY_KEEP_DAYS)
+    ended = (Notification.Status.DELIVERED, Notification.Status.FAILED)
+    pruned = 0
+    while stop is None or not stop.is_set():
+        with write_transaction():
+            # Locked, so an admin's retry of one of them waits, and finds it gone.
+            batch = list(
+                Notification.objects.select_for_update()
+                .filter(status__in=ended, created_at__lt=before)
+                .values_list("pk", flat=True)[:PRUNE_BATCH]
+            )
+            if not batch:
+                break
+            _, deleted = Notification.objects.filter(pk__in=batch).delete()
+        pruned += deleted.get(Notification._meta.label, 0)
+    return pruned
 
 
 def notification_retry(*, notification: Notification, user: User | None) -> Notification:
@@ -189,8 +248,8 @@ def notification_retry(*, notification: Notification, user: User | None) -> Noti
         before = locked.status
         locked.status = Notification.Status.PENDING
         locked.next_attempt_at = now
-        locked.lease_until = None
-        locked.save(update_fields=["status", "next_attempt_at", "lease_until"])
+        # A lease is kept: a message being sent is not sent again meanwhile by another loop.
+        locked.save(update_fields=["status", "next_attempt_at"])
         audit_record(
             action=AuditEntry.Action.NOTIFICATION_RETRIED,
             object_type=AuditEntry.ObjectType.NOTIFICATION,

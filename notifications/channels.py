@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
@@ -18,7 +20,8 @@ from approvals.errors import Invalid
 from approvals.models import AuditEntry, Gate
 from approvals.services.audit import audit_record
 from notifications.models import NotificationChannel
-from notifications.senders.webhook import secret_valid
+from notifications.senders.outbound import host_kind
+from notifications.senders.webhook import secret_valid, webhook_url
 
 Event = NotificationChannel.Event
 Kind = NotificationChannel.Kind
@@ -35,6 +38,17 @@ NO_TARGET = "a channel needs a target"
 BAD_EMAIL_TARGET = "an email target is 'approvers' or comma-separated addresses; not: {address!r}"
 BAD_WEBHOOK_TARGET = "a webhook target is an http(s) URL with a host"
 BAD_APPRISE_TARGET = "an Apprise target is a URL such as slack://… or ntfy://…"
+UNKNOWN_APPRISE_SCHEME = (
+    "Apprise knows no service {scheme}://: see https://github.com/caronc/apprise/wiki for "
+    "your service's URL"
+)
+APPRISE_UNAVAILABLE = "the {scheme}:// service of Apprise cannot be used on this server"
+BAD_APPRISE_URL = "the parts of this {scheme}:// URL do not make a URL Apprise can send to"
+PRIVATE_TARGET = (
+    "the target's host is a {kind} address, refused while COUNTERSIGN_NOTIFY_PRIVATE_TARGETS=0"
+)
+# A scheme named back in a message: only one that is a scheme at all (RFC 3986).
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}", re.ASCII)
 BAD_SECRET = "a webhook secret is 'whsec_' and base64"  # noqa: S105 (a message)
 SECRET_NOT_WEBHOOK = "only a webhook channel has a secret"  # noqa: S105 (a message)
 
@@ -107,20 +121,45 @@ def channel_check(
             except ValidationError:
                 raise ChannelInvalid(BAD_EMAIL_TARGET.format(address=address)) from None
     elif kind == Kind.WEBHOOK:
-        try:
-            url = urlsplit(target)
-            valid = url.scheme in ("http", "https") and bool(url.hostname)
-            url.port  # noqa: B018 (a bad port raises)
-        except ValueError:
-            valid = False
-        if not valid:
+        url = webhook_url(target.strip())  # read as the sender reads it
+        if url is None:
             raise ChannelInvalid(BAD_WEBHOOK_TARGET)
         if not secret_valid(secret):
             raise ChannelInvalid(BAD_SECRET)
+        private = host_kind(url.host)
+        if private is not None and not settings.COUNTERSIGN_NOTIFY_PRIVATE_TARGETS:
+            raise ChannelInvalid(PRIVATE_TARGET.format(kind=private))
     elif kind == Kind.APPRISE:
-        scheme, sep, rest = target.partition("://")
-        if not sep or not scheme or not rest:
+        apprise_target_check(target.strip())
+
+
+def apprise_target_check(target: str) -> None:
+    """Raise ``ChannelInvalid`` unless Apprise's own parser makes a service of ``target``:
+    an unknown scheme, a service this server cannot use, or parts its service does not take
+    are each refused, as sending would be every time."""
+    # Imported here: Apprise loads every service it has, which saving a channel alone needs.
+    import apprise
+
+    from notifications.senders.via_apprise import service_host
+
+    scheme, sep, rest = target.partition("://")
+    if not sep or not scheme or not rest:
+        raise ChannelInvalid(BAD_APPRISE_TARGET)
+    service = apprise.Apprise.instantiate(target, asset=apprise.AppriseAsset(storage_mode="memory"))
+    if service is None:
+        scheme = scheme.lower()
+        if not _SCHEME.fullmatch(scheme):
             raise ChannelInvalid(BAD_APPRISE_TARGET)
+        # Apprise's registry of services, one per process (its constructor is not typed).
+        services = apprise.NotificationManager()  # type: ignore[no-untyped-call]
+        if scheme not in services:
+            raise ChannelInvalid(UNKNOWN_APPRISE_SCHEME.format(scheme=scheme))
+        if not services[scheme].enabled:
+            raise ChannelInvalid(APPRISE_UNAVAILABLE.format(scheme=scheme))
+        raise ChannelInvalid(BAD_APPRISE_URL.format(scheme=scheme))
+    private = host_kind(service_host(service))
+    if private is not None and not settings.COUNTERSIGN_NOTIFY_PRIVATE_TARGETS:
+        raise ChannelInvalid(PRIVATE_TARGET.format(kind=private))
 
 
 def channel_add(
@@ -168,7 +207,15 @@ def channel_audit(
 
 
 def channel_save(*, channel: NotificationChannel, user: User | None) -> None:
-    """Save a channel changed in memory (admin's form, which checked it), audited."""
+    """Save a channel changed in memory (admin's form checks it first), audited;
+    ``ChannelInvalid``: nothing is saved."""
+    channel_check(
+        kind=channel.kind,
+        target=channel.target,
+        events=list(channel.events),
+        gates=list(channel.gates),
+        secret=channel.secret,
+    )
     with transaction.atomic():
         stored = None
         if channel.pk is not None:

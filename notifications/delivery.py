@@ -9,7 +9,14 @@ to ``RUN`` due messages, sent one after another over one connection in a bounded
 dead receiver holds one thread and delays only its own channel's messages. A commit that
 wrote messages wakes this process's loop at once (``notifications.wake``); other processes'
 messages and retries are found by a look once a second. The loop also writes the
-``call.expiring`` notices that have come due.
+``call.expiring`` notices that have come due, and prunes old messages once an hour.
+
+A claim's lease outlasts the longest attempt, and a run renews it before an attempt that it
+might not cover: no other loop takes a message over while it is being sent. A message is
+sent only under a lease that covers the whole attempt, so one whose lease ran out (a run
+held up past it) is never sent by two loops at once. Stopping (``Deliverer.drain``) ends
+each run after the attempt under way: bounded by the attempts' deadline, whatever the
+receivers do; what was not sent stays in the outbox for the next start.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -37,13 +44,24 @@ from notifications.attempts import (
     notification_attempts_record,
     notifications_claim,
     notifications_due_any,
+    notifications_lease_renew,
+    notifications_prune,
 )
 from notifications.models import Notification
 from notifications.outbox import calls_expiring_notify
+from notifications.senders.outbound import GRACE_SECONDS
 from notifications.wake import delivery_wake_register
 
 T = TypeVar("T")
-LEASE = timedelta(seconds=30)
+# Seconds a claim's lease lasts beyond the longest attempt: time to keep an attempt, and to
+# send more of a run before the lease is renewed.
+LEASE_MARGIN_SECONDS = 30.0
+# Seconds of lease a run wants left after an attempt's longest, to keep it: with less, the
+# run renews its lease before that attempt.
+RECORD_SECONDS = 10.0
+# Seconds a stopping loop waits, beyond the longest attempt, for its runs to keep theirs.
+DRAIN_SECONDS = 5.0
+PRUNE_SECONDS = 3600.0
 # Most messages one claim takes of one channel, sent one after another over one connection:
 # more than a gathering wait collects under the benches' load, so a run's own cost (its
 # claim, its reads, its record) is shared by all of them.
@@ -68,12 +86,41 @@ def _run_read(notification_ids: list[uuid.UUID]) -> list[Notification]:
     return [by_id[pk] for pk in notification_ids if pk in by_id]
 
 
-def notifications_send(notification_ids: list[uuid.UUID], *, now: datetime | None = None) -> int:
-    """Send a run of one channel's claimed messages, one after another, and keep their
-    attempts in one transaction; how many were attempted. The run stops at its first failed
-    send (a receiver that fails or hangs is not given the rest) or once half its lease has
-    passed; what it did not attempt is let go, due again at once. Messages no longer pending
-    (delivered by another loop, their channel deleted) are passed over."""
+def attempt_seconds() -> float:
+    """The longest one attempt holds a sending thread: its deadline
+    (``COUNTERSIGN_NOTIFY_TIMEOUT``), and the grace for its thread to end after it."""
+    return float(settings.COUNTERSIGN_NOTIFY_TIMEOUT) + GRACE_SECONDS
+
+
+def lease_length() -> timedelta:
+    """How long a claim holds its messages unless renewed: longer than any attempt."""
+    return timedelta(seconds=attempt_seconds() + LEASE_MARGIN_SECONDS)
+
+
+class Claim(NamedTuple):
+    """A run of one channel's messages, leased until ``lease_until``: the value this claim
+    wrote, by which its messages are still known to be its own."""
+
+    channel_id: int
+    notification_ids: list[uuid.UUID]
+    lease_until: datetime
+
+
+def notifications_send(
+    notification_ids: list[uuid.UUID],
+    *,
+    lease_until: datetime,
+    now: datetime | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Send a run of one channel's claimed messages, leased until ``lease_until``, one after
+    another, and keep their attempts in one transaction; how many were attempted. Before an
+    attempt its lease might not cover, the run renews the lease; should another loop have
+    claimed any of them since (this lease ran out), the run gives its claim up and sends no
+    more. It also stops at its first failed send (a receiver that fails or hangs is not given
+    the rest) and once ``stop`` is set; what it did not attempt is let go, due again at once.
+    Messages no longer pending (delivered by another loop, their channel deleted) are passed
+    over. ``now`` stands for the clock at the start."""
     # Imported late: the senders load libraries a process without notifications never needs.
     from notifications.senders import channel_sender
 
@@ -82,21 +129,40 @@ def notifications_send(notification_ids: list[uuid.UUID], *, now: datetime | Non
         return 0
     channel = run[0].channel
     attempts: list[Attempt] = []
-    started = time.monotonic()
+    base, started = now or timezone.now(), time.monotonic()
+    wanted = timedelta(seconds=attempt_seconds() + RECORD_SECONDS)
+    held = lease_until
+
+    def clock() -> datetime:
+        return base + timedelta(seconds=time.monotonic() - started)
+
     with channel_sender(channel) as send:
         for notification in run:
-            at = now or timezone.now()
+            if stop is not None and stop.is_set():
+                break
+            if held - clock() < wanted:
+                until = clock() + lease_length()
+                ids = [message.id for message in run]
+                renewed = notifications_lease_renew(notification_ids=ids, held=held, until=until)
+                held = until
+                if renewed < len(run):
+                    logger.warning(
+                        "notification lease ran out and was taken over: %d message(s) left to "
+                        "the loop that claimed them",
+                        len(run) - renewed,
+                    )
+                    break
+            at = clock()
             begun = time.monotonic()
             result = send(notification)
-            over = time.monotonic()
-            duration_ms = round((over - begun) * 1000)
+            duration_ms = round((time.monotonic() - begun) * 1000)
             ended = at + timedelta(milliseconds=duration_ms)
             outcome = attempt_outcome(result, duration_ms=duration_ms)
             attempts.append(Attempt(notification, outcome, at, ended))
-            if not outcome.ok or over - started > LEASE.total_seconds() / 2:
+            if not outcome.ok:
                 break
     unattempted = [notification.id for notification in run[len(attempts) :]]
-    notification_attempts_record(attempts=attempts, unattempted=unattempted)
+    notification_attempts_record(attempts=attempts, unattempted=unattempted, lease_until=held)
     return len(attempts)
 
 
@@ -106,17 +172,19 @@ def notifications_claim_due(
     busy: frozenset[int] = frozenset(),
     now: datetime | None = None,
     look: bool = True,
-) -> list[tuple[int, list[uuid.UUID]]]:
+) -> list[Claim]:
     """Lease the due messages of up to ``channels`` channels, a run of up to ``RUN`` each.
     ``look``: first see, without a lock, whether anything is due (not worth it right after
     a commit wrote messages)."""
     now = now or timezone.now()
     if look and not notifications_due_any(now=now):
         return []
+    lease_until = now + lease_length()
     with write_transaction():
-        return notifications_claim(
-            now=now, lease_until=now + LEASE, channels=channels, run=RUN, busy=busy
+        claimed = notifications_claim(
+            now=now, lease_until=lease_until, channels=channels, run=RUN, busy=busy
         )
+    return [Claim(channel_id, ids, lease_until) for channel_id, ids in claimed]
 
 
 def _in_thread(work: Callable[[], T]) -> T:
@@ -141,11 +209,22 @@ def deliver_once(*, now: datetime | None = None, threads: int | None = None) -> 
             if not claimed:
                 return attempted
             if threads == 1:
-                attempted += notifications_send(claimed[0][1], now=now)
+                [claim] = claimed
+                attempted += notifications_send(
+                    claim.notification_ids, lease_until=claim.lease_until, now=now
+                )
                 continue
             sends = [
-                pool.submit(_in_thread, functools.partial(notifications_send, ids, now=now))
-                for _, ids in claimed
+                pool.submit(
+                    _in_thread,
+                    functools.partial(
+                        notifications_send,
+                        claim.notification_ids,
+                        lease_until=claim.lease_until,
+                        now=now,
+                    ),
+                )
+                for claim in claimed
             ]
             attempted += sum(sent.result() for sent in sends)
 
@@ -165,6 +244,9 @@ class Deliverer:
         # Set when a full run of a channel has been sent: the next claim need not wait.
         self.hurry = asyncio.Event()
         self.stopping = False
+        # Set when stopping: each run ends after the attempt under way.
+        self.halt = threading.Event()
+        self.pruning: asyncio.Future[int] | None = None
         self.threads = settings.COUNTERSIGN_NOTIFY_THREADS
         self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="notify")
         # Claims and the expiring scan: apart from the sends, so a pool full of slow
@@ -205,21 +287,39 @@ class Deliverer:
             notifications_claim_due, channels=free, busy=frozenset(self.busy), look=look
         )
         claimed = await self.loop.run_in_executor(self.control, _in_thread, claim)
-        for channel_id, notification_ids in claimed:
+        for channel_id, notification_ids, lease_until in claimed:
             self.busy.add(channel_id)
-            send = functools.partial(notifications_send, notification_ids)
+            send = functools.partial(
+                notifications_send, notification_ids, lease_until=lease_until, stop=self.halt
+            )
             future = self.loop.run_in_executor(self.pool, _in_thread, send)
             full = len(notification_ids) >= RUN
             future.add_done_callback(functools.partial(self._sent, channel_id, full))
 
+    def _prune(self) -> None:
+        """Prune in a thread apart (a first prune may be long), never two at once."""
+        if self.pruning is not None and not self.pruning.done():
+            return
+        prune = functools.partial(notifications_prune, stop=self.halt)
+        self.pruning = self.loop.run_in_executor(None, _in_thread, prune)
+        self.pruning.add_done_callback(self._pruned)
+
+    def _pruned(self, future: asyncio.Future[int]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            logger.error("pruning notifications failed", exc_info=future.exception())
+
     async def run(self) -> None:
         scanned = 0.0
+        pruned = -PRUNE_SECONDS
         while not self.stopping:
             try:
                 await self._claim_and_send()
                 if time.monotonic() - scanned >= EXPIRING_SCAN_SECONDS:
                     scanned = time.monotonic()
                     await self.loop.run_in_executor(self.control, _in_thread, calls_expiring_notify)
+                if time.monotonic() - pruned >= PRUNE_SECONDS:
+                    pruned = time.monotonic()
+                    self._prune()
             except Exception:
                 # A database hiccup must not stop delivery for good: log it and try again.
                 logger.exception("notification delivery loop failed")
@@ -231,15 +331,26 @@ class Deliverer:
             self.wake.clear()
 
     async def drain(self) -> None:
-        """Stop claiming, and wait for the runs under way (each send ends by its timeout)."""
+        """Stop claiming, and let each run under way end after its current attempt and keep
+        what it did; return within the longest attempt and ``DRAIN_SECONDS`` whatever the
+        receivers do. What was not sent stays in the outbox, due at the next start (a run
+        that has not ended by then holds its messages until its lease runs out)."""
         self.stopping = True
+        self.halt.set()
         self.wake.set()
+        bound = time.monotonic() + attempt_seconds() + DRAIN_SECONDS
         if self.task is not None:
-            await self.task  # ends after the cycle under way: nothing is claimed after it
-        while self.busy:
+            # It ends after the cycle under way: nothing is claimed after it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.task), bound - time.monotonic())
+        while self.busy and time.monotonic() < bound:
             await asyncio.sleep(0.05)
-        self.pool.shutdown(wait=True)
-        self.control.shutdown(wait=True)
+        if self.busy:
+            logger.warning(
+                "notification delivery stopped with %d run(s) still sending", len(self.busy)
+            )
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.control.shutdown(wait=False, cancel_futures=True)
 
 
 _lock = threading.Lock()
@@ -259,9 +370,19 @@ def ensure_delivery_started() -> Deliverer:
             if _deliverer is not None:
                 # A loop of an event loop that has gone (each test has its own): its idle
                 # threads would otherwise stay for the rest of the process.
+                _deliverer.halt.set()
                 _deliverer.pool.shutdown(wait=False)
                 _deliverer.control.shutdown(wait=False)
             _deliverer = Deliverer(loop)
             _task = _deliverer.task = loop.create_task(_deliverer.run())
             delivery_wake_register(_deliverer.poke)
         return _deliverer
+
+
+async def delivery_stop() -> None:
+    """Drain this process's loop if it runs on the running event loop: the server's
+    shutdown (``config/asgi.py``), so that it ends within the attempts' deadline."""
+    deliverer = _deliverer
+    running = asyncio.get_running_loop()
+    if deliverer is not None and not deliverer.stopping and deliverer.loop is running:
+        await deliverer.drain()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -28,7 +29,8 @@ REFUSED = "Webhook refused: {problem}"
 
 def demo_channels_ensure(*, url: str) -> None:
     """The demo's two channels, made once (a channel an admin disabled stays so); the webhook
-    is pointed at the receiver of the server about to start at ``url``."""
+    is pointed at the receiver of the server about to start at ``url``, unless private
+    targets are refused (``COUNTERSIGN_NOTIFY_PRIVATE_TARGETS=0``)."""
     if not NotificationChannel.objects.filter(name=DEMO_EMAIL_CHANNEL).exists():
         channel_add(
             kind=NotificationChannel.Kind.EMAIL,
@@ -36,6 +38,8 @@ def demo_channels_ensure(*, url: str) -> None:
             events=list(DEMO_EMAIL_EVENTS),
             name=DEMO_EMAIL_CHANNEL,
         )
+    if not settings.COUNTERSIGN_NOTIFY_PRIVATE_TARGETS:
+        return  # its receiver is this server, at an address such a deployment refuses
     target = url.rstrip("/") + DEMO_WEBHOOK_PATH
     hook = NotificationChannel.objects.filter(name=DEMO_WEBHOOK_CHANNEL).first()
     if hook is None:

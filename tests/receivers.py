@@ -7,6 +7,7 @@ from __future__ import annotations
 import email
 import email.policy
 import re
+import select
 import socket
 import ssl
 import subprocess
@@ -179,6 +180,125 @@ def raw_http_receiver(
                 conn.sendall(answer)
                 if index in receiver.closing:
                     return
+
+    serve_each_connection(listener, serve)
+    try:
+        yield receiver
+    finally:
+        listener.close()
+
+
+@dataclass
+class Dribbler:
+    """A server that writes its answers a byte at a time (``dribbling_http_receiver``,
+    ``dribbling_smtp_server``): each connection's sender port, the bytes it has written, and
+    when (``time.monotonic()``) the sender closed it."""
+
+    url: str
+    ports: list[int] = field(default_factory=list)
+    written: list[int] = field(default_factory=list)  # bytes written, by connection
+    closed_at: list[float] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def wait_for(self, predicate: Callable[[Dribbler], bool], timeout: float = 10.0) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: predicate(self), timeout=timeout)
+
+    def connected(self, port: int) -> int:
+        with self.changed:
+            self.ports.append(port)
+            self.written.append(0)
+            self.changed.notify_all()
+            return len(self.ports) - 1
+
+    def dribble(self, conn: socket.socket, index: int, data: bytes, pause: float) -> bool:
+        """Write ``data`` a byte every ``pause`` seconds; False once the sender has gone."""
+        for byte in data:
+            try:
+                conn.sendall(bytes([byte]))
+            except OSError:
+                return False
+            with self.changed:
+                self.written[index] += 1
+            # A sender that has closed its end shows as readable with nothing to read.
+            readable, _, _ = select.select([conn], [], [], pause)
+            try:
+                if readable and not conn.recv(1, socket.MSG_PEEK):
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def gone(self) -> None:
+        with self.changed:
+            self.closed_at.append(time.monotonic())
+            self.changed.notify_all()
+
+
+# Longer than any attempt of a test, at a byte a second.
+ENDLESS = b"y" * 600
+
+
+@contextmanager
+def dribbling_http_receiver(*, pause: float = 1.0) -> Iterator[Dribbler]:
+    """An HTTP server on 127.0.0.1 that reads each request and answers it a byte every
+    ``pause`` seconds, each byte well within any socket timeout, a head that never ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    receiver = Dribbler(f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+
+    def serve(conn: socket.socket, port: int) -> None:
+        index = receiver.connected(port)
+        with conn, conn.makefile("rb") as reader:
+            lines = list(iter(lambda: reader.readline().rstrip(b"\r\n"), b""))
+            length = next(
+                (
+                    int(ln.split(b":", 1)[1])
+                    for ln in lines
+                    if ln.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
+            reader.read(length)
+            receiver.dribble(conn, index, b"HTTP/1.1 200 OK\r\nx-slow: " + ENDLESS, pause)
+        receiver.gone()
+
+    serve_each_connection(listener, serve)
+    try:
+        yield receiver
+    finally:
+        listener.close()
+
+
+@contextmanager
+def dribbling_smtp_server(*, pause: float = 1.0) -> Iterator[Dribbler]:
+    """An SMTP server on 127.0.0.1 that answers each command as it should, a byte every
+    ``pause`` seconds: its greeting alone takes the better part of a minute."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    receiver = Dribbler(f"smtp://127.0.0.1:{listener.getsockname()[1]}")
+    replies = {
+        b"EHLO": b"250 slow.example.test\r\n",
+        b"HELO": b"250 slow.example.test\r\n",
+        b"MAIL": b"250 OK\r\n",
+        b"RCPT": b"250 OK\r\n",
+        b"DATA": b"354 go ahead\r\n",
+        b"QUIT": b"221 bye\r\n",
+    }
+
+    def serve(conn: socket.socket, port: int) -> None:
+        index = receiver.connected(port)
+        with conn, conn.makefile("rb") as reader:
+            answer = b"220 slow.example.test ESMTP a byte a second\r\n"
+            while receiver.dribble(conn, index, answer, pause):
+                line = reader.readline()
+                if not line:
+                    break
+                answer = replies.get(line[:4].upper(), b"502 not here\r\n")
+                if line[:4].upper() == b"DATA":
+                    receiver.dribble(conn, index, answer, pause)
+                    while reader.readline() not in (b".\r\n", b""):
+                        pass
+                    answer = b"250 accepted\r\n"
+        receiver.gone()
 
     serve_each_connection(listener, serve)
     try:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Documented although spelled with an underscore: the Model _meta API, Model._state and
-# Model._default_manager.
-DOCUMENTED = frozenset({"_meta", "_state", "_default_manager"})
+# Model._default_manager; and the standard library's os._exit, which ends the process from any
+# thread.
+DOCUMENTED = frozenset({"_meta", "_state", "_default_manager", "_exit"})
 SELVES = frozenset({"self", "cls"})
 
 

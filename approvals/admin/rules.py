@@ -21,7 +21,14 @@ import capcore
 from approvals.admin.base import AuditedAdmin, signed_in_user
 from approvals.models import Budget, CapRule, PermissionRule, ToolClass
 from approvals.selectors.rules import stored_rule
-from approvals.services.rules import budget_save, cap_rule_save, rules_file_text
+from approvals.services.rules import (
+    GATE_CREATED,
+    GateCreated,
+    budget_save,
+    cap_rule_save,
+    rules_file_text,
+)
+from capcore.budgets import COST_EXPONENT, parse_cost
 
 RENAME_HELP = (
     "The rule's ledger is kept by its name: editing the limit or window keeps the running "
@@ -53,6 +60,11 @@ def _cells(char: str) -> int:
     if unicodedata.category(char) in ("Mn", "Me"):  # combining marks sit on the one before
         return 0
     return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def gate_created_warning(request: HttpRequest) -> GateCreated:
+    """Says, on the next page, that a save created a gate: a misspelt name makes one."""
+    return lambda name: messages.warning(request, GATE_CREATED.format(name=name))
 
 
 def rule_line_caret(line: str, column: int) -> str:
@@ -141,6 +153,7 @@ class CapRuleAdmin(AuditedAdmin):
             description=obj.description,
             rule=obj,
             by_user=signed_in_user(request),
+            on_gate_created=gate_created_warning(request),
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
@@ -228,19 +241,114 @@ class PermissionRuleAdmin(AuditedAdmin):
     search_fields = ("pattern", "agent__name")
 
 
+# A budget's cost ceiling is typed as a decimal and stored as an integer of 10⁻⁹ units
+# (docs/policies.md, "Budgets"); each refusal says what to type, never what was typed.
+COST_HELP = (
+    "The most the run (or the day) may cost, in the cost currency, as a decimal with at most "
+    "9 decimal places: 0.25 is a quarter of a unit. Empty: no cost ceiling."
+)
+COST_SYNTAX = "Type the cost as a decimal such as 0.25 or 12: digits and at most one '.'."
+COST_FRACTION = "A cost has at most 9 decimal places (0.000000001 is the smallest)."
+COST_NEGATIVE = "A cost ceiling cannot be negative."
+COST_TOO_BIG = "A cost ceiling is at most 9223372036.854775807."
+COST_CURRENCY = "A cost ceiling needs its currency: an upper-case ISO 4217 code such as USD."
+COST_CURRENCY_UNKNOWN = "Not an ISO 4217 currency code with a minor unit: write one such as USD."
+
+
+def cost_text(units: int) -> str:
+    """10⁻⁹ units as the shortest decimal that says them exactly: ``250000000`` → ``0.25``."""
+    text = capcore.format_amount(units, COST_EXPONENT)
+    return text.rstrip("0").rstrip(".")
+
+
+def cost_units(text: str) -> int:
+    """The decimal an admin typed, in 10⁻⁹ units, exactly (no float on the way)."""
+    try:
+        return parse_cost(text)
+    except capcore.FractionDigits:
+        raise ValidationError(COST_FRACTION, code="cost_fraction") from None
+    except capcore.NegativeAmount:
+        raise ValidationError(COST_NEGATIVE, code="cost_negative") from None
+    except capcore.AmountOverflow:
+        raise ValidationError(COST_TOO_BIG, code="cost_too_big") from None
+    except capcore.NotAssessable:
+        raise ValidationError(COST_SYNTAX, code="cost_syntax") from None
+
+
+class BudgetForm(forms.ModelForm):  # type: ignore[type-arg]
+    max_cost = forms.CharField(
+        required=False,
+        label="Max cost",
+        help_text=COST_HELP,
+        widget=forms.TextInput(
+            attrs={"inputmode": "decimal", "autocomplete": "off", "spellcheck": "false"}
+        ),
+    )
+
+    class Meta:
+        model = Budget
+        fields = [
+            "agent",
+            "max_calls",
+            "max_tokens",
+            "max_cost",
+            "cost_currency",
+            "max_duration",
+            "scope",
+            "action",
+            "gate",
+        ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.max_cost is not None:
+            self.initial["max_cost"] = cost_text(self.instance.max_cost)
+
+    def clean_max_cost(self) -> int | None:
+        text: str = self.cleaned_data["max_cost"]
+        return None if not text else cost_units(text)
+
+    def clean_cost_currency(self) -> str:
+        code: str = self.cleaned_data["cost_currency"]
+        if code:
+            try:
+                capcore.exponent(code)
+            except capcore.UnknownCurrency:
+                raise ValidationError(COST_CURRENCY_UNKNOWN, code="cost_currency") from None
+        return code
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data
+        no_currency = not cleaned.get("cost_currency") and "cost_currency" not in self.errors
+        if cleaned.get("max_cost") is not None and no_currency:
+            self.add_error("cost_currency", ValidationError(COST_CURRENCY, code="cost"))
+        return cleaned
+
+
 @admin.register(Budget)
 class BudgetAdmin(AuditedAdmin):
+    form = BudgetForm
     list_display = (
         "__str__",
         "scope",
         "max_calls",
         "max_tokens",
-        "max_cost",
-        "cost_currency",
+        "cost_ceiling",
         "max_duration",
         "action",
         "gate",
     )
 
+    @admin.display(description="max cost")
+    def cost_ceiling(self, obj: Budget) -> str:
+        if obj.max_cost is None:
+            return "—"
+        return f"{obj.cost_currency} {cost_text(obj.max_cost)}"
+
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        budget_save(budget=obj, by_user=signed_in_user(request))  # creates the gate it names
+        budget_save(  # creates the gate it names
+            budget=obj,
+            by_user=signed_in_user(request),
+            on_gate_created=gate_created_warning(request),
+        )

@@ -17,7 +17,8 @@ groups of its token and its agent and closes with ``4401`` when the token is rev
 again every ``ACCESS_RECHECK_SECONDS`` in case that message was lost. A page socket listens
 on its person's and its session's groups (a logout, a deactivation, a password change, lost
 permissions) and checks its session (Channels' ``get_user``) before each push and every
-``SESSION_RECHECK_SECONDS``.
+``SESSION_RECHECK_SECONDS``, and at once when the process's login watch sees its person's
+password or active flag change (``approvals.realtime.login_watch``).
 
 Fair sockets (``approvals.realtime.hub``): one person holds at most
 ``COUNTERSIGN_MAX_SOCKETS_PER_USER`` page sockets and one agent at most
@@ -70,6 +71,7 @@ from approvals.realtime.hub import (
     person_socket_take,
     shared,
 )
+from approvals.realtime.login_watch import login_unwatch, login_watch
 from approvals.realtime.presence import (
     agent_key,
     call_key,
@@ -354,9 +356,9 @@ def _session_store(session_key: str) -> SessionBase:
     return store
 
 
-async def _session_expiry(session_key: str, user_id: int) -> datetime | None:
+async def _session_expiry(session_key: str, user_id: int) -> tuple[datetime | None, str]:
     """When this session expires, while it still is this person's login and they may see the
-    pages; None otherwise.
+    pages (None otherwise), and the hash of the password it holds, for the login watch.
 
     Channels' ``get_user`` checks the login (its backend, the person still active, the
     password it was made with; a session whose password changed is flushed, as Django's own
@@ -366,8 +368,9 @@ async def _session_expiry(session_key: str, user_id: int) -> datetime | None:
     scope: Any = {"session": store}  # all of a scope that get_user reads
     user = await get_user(scope)
     if not isinstance(user, User) or user.pk != user_id:
-        return None
-    return await _viewer_session_expiry(user, store)
+        return None, ""
+    # Checked equal to the session's by get_user.
+    return await _viewer_session_expiry(user, store), user.get_session_auth_hash()
 
 
 @database_sync_to_async
@@ -431,7 +434,9 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
     person's deactivation, a password change or a change of their permissions closes it with
     ``4403`` (``notify.session_sockets_close``, ``notify.person_sockets_close``); so does its
     session's expiry, remembered at connect and read again before each push and every
-    ``SESSION_RECHECK_SECONDS``.
+    ``SESSION_RECHECK_SECONDS``. A password changed or a deactivation made where no push
+    comes from (a script, ``changepassword``) is seen by the process's login watch
+    (``login_watch``) within a second.
 
     Pushes only say "something changed" (through the process's one channel in the queue
     group, to the view's feed, ``fairness.page_feed_join``): the feed asks each socket of the
@@ -486,6 +491,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         self._ended = True
         self.user_id = None
+        login_unwatch(self)
         self._leave_feed()
         self._stop_tasks()
         counted, self._counted = self._counted, None
@@ -511,6 +517,11 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         """A push from ``approvals.realtime.pushes``: a logout, a deactivation, a password change,
         or permissions that may be lost."""
         await self._end(int(event["code"]))
+
+    async def login_changed(self) -> None:
+        """The login watch saw the person's password or active flag change: check the session
+        in full now."""
+        await self._session_holds(since=now())
 
     def _concerns(self, state: State) -> bool:
         raise NotImplementedError
@@ -554,7 +565,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         user_id, session_key = self.user_id, self._session_key
         if user_id is None:
             return False
-        self._expires = await shared(
+        self._expires, session_hash = await shared(
             ("session", session_key, user_id),
             lambda: _session_expiry(session_key, user_id),
             since=since,
@@ -562,7 +573,10 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
         if self._expired():
             await self._end(CLOSE_FORBIDDEN)
             return False
-        return self.user_id is not None
+        if self.user_id is None:
+            return False
+        login_watch(self, user_id=user_id, session_hash=session_hash)
+        return True
 
     def _expired(self) -> bool:
         return self._expires is None or self._expires <= timezone.now()
@@ -585,6 +599,7 @@ class _PageConsumer(DispatchWithoutConnectionSweep, AsyncWebsocketConsumer):
             return
         self._ended = True
         self.user_id = None
+        login_unwatch(self)
         self._leave_feed()
         self._stop_tasks()
         await self.close(code=code)

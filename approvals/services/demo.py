@@ -1,6 +1,8 @@
 """The demo installation behind ``make run``: approvers, an admin, agents, the example rules
-and a two-approval gate. Idempotent: running it again keeps what exists, and keeps the demo
-agent's token working when it is given back (README.md, "A 60-second tour").
+and a two-approval gate. Created where missing, and only there: what exists is kept exactly as
+an admin left it (a person's permissions, an agent's mode, a rule, a gate), so running
+``make run`` again reverts nothing; the demo agent's token keeps working when it is given back
+(README.md, "A 60-second tour").
 
 What ``make run`` keeps between runs (the token it printed, the URL it served) lives in files
 under ``var/``, read and written here so that ``demo_setup`` and ``demo_agent`` agree on them.
@@ -17,9 +19,10 @@ from django.contrib.auth.models import Permission, User
 from django.db import transaction
 from django.dispatch import Signal
 
-from approvals.models import Agent, AgentToken, Gate
+from approvals.models import Agent, AgentToken, AuditEntry, CapRule, Gate
 from approvals.services.agents import agent_create_or_update, agent_token_rotate, token_digest
-from approvals.services.rules import gate_ensure, rules_import
+from approvals.services.audit import audit_record
+from approvals.services.rules import rules_import
 
 DEMO_PASSWORD = "countersign-demo"  # noqa: S105 - a published demo login on 127.0.0.1
 DEMO_APPROVERS = ("alice", "bob")
@@ -50,13 +53,12 @@ class DemoSetup:
 def _approver(username: str) -> None:
     """An approver decides held calls on the approver's pages; the admin is someone else's
     job, so an approver is not staff (staff without model permissions only meets "You don't
-    have permission to view or edit anything")."""
-    user, created = User.objects.get_or_create(username=username)
-    if created:
-        user.set_password(DEMO_PASSWORD)
-    user.is_staff = False
-    if not user.email:  # the demo's mail channel writes to the approvers (to the console)
-        user.email = f"{username}@{DEMO_EMAIL_DOMAIN}"
+    have permission to view or edit anything"). Made once: an approver an admin changed
+    (password, permissions, address, active) stays as changed."""
+    if User.objects.filter(username=username).exists():
+        return
+    user = User(username=username, email=f"{username}@{DEMO_EMAIL_DOMAIN}")
+    user.set_password(DEMO_PASSWORD)
     user.save()
     user.user_permissions.add(Permission.objects.get(codename=DECIDE_CODENAME))
 
@@ -71,23 +73,66 @@ AXES_CODENAMES = (
 )
 
 
+# People and groups: who may decide is part of the policy (a gate's group), and the
+# notifications go to approvers' addresses (docs/notifications.md).
+AUTH_MODELS = ("user", "group")
+
+
 def _admin() -> None:
     """The demo admin: staff with every permission of the approvals app but deciding, so
     they edit rules, gates, agents, tokens, budgets, tool classes and permission rules and
     read calls, ledgers and the audit log, while the approvers decide (docs/ui.md); they edit
-    the notification channels; and they read the failed logins and lift lockouts (axes'
-    access attempts, approvals/accounts/lockouts.py)."""
-    user, created = User.objects.get_or_create(username=DEMO_ADMIN)
-    if created:
-        user.set_password(DEMO_PASSWORD)
-    user.is_staff = True
+    the notification channels, people and groups; and they read the failed logins and lift
+    lockouts (axes' access attempts, approvals/accounts/lockouts.py). Made once, like the
+    approvers."""
+    if User.objects.filter(username=DEMO_ADMIN).exists():
+        return
+    user = User(username=DEMO_ADMIN, is_staff=True)
+    user.set_password(DEMO_PASSWORD)
     user.save()
     user.user_permissions.set(
         Permission.objects.filter(
             content_type__app_label__in=("approvals", "notifications")
         ).exclude(codename=DECIDE_CODENAME)
         | Permission.objects.filter(content_type__app_label="axes", codename__in=AXES_CODENAMES)
+        | Permission.objects.filter(
+            content_type__app_label="auth", content_type__model__in=AUTH_MODELS
+        )
     )
+
+
+def _rules_ever_set_up() -> bool:
+    """Whether this database has, or ever had, a cap rule: the audit log, append-only, keeps
+    a saved rule's entry after the rule is deleted or renamed."""
+    return (
+        CapRule.objects.exists()
+        or AuditEntry.objects.filter(action=AuditEntry.Action.CAP_RULE_SAVED).exists()
+    )
+
+
+def _example_rules(rules_file: Path) -> None:
+    """The example rules and their two-approval gate, on a database that never had a rule:
+    after that, rules and gates are the admin's, and a rule they edited, disabled, renamed or
+    deleted stays so."""
+    if _rules_ever_set_up():
+        return
+    if not Gate.objects.filter(name=TWO_APPROVAL_GATE).exists():
+        gate = Gate.objects.create(name=TWO_APPROVAL_GATE, required_approvals=2)
+        audit_record(
+            action=AuditEntry.Action.GATE_CREATED,
+            obj=gate,
+            after=f"name={gate.name!r} required_approvals={gate.required_approvals}",
+        )
+    rules_import(text=rules_file.read_text(encoding="utf-8"))
+
+
+def _agent(name: str, mode: Agent.Mode) -> Agent:
+    """The demo agent ``name``, made in ``mode`` when missing; one that exists keeps the mode
+    and principals an admin gave it."""
+    existing = Agent.objects.filter(name=name).first()
+    if existing is not None:
+        return existing
+    return agent_create_or_update(name=name, principal="acme-ops", mode=mode)
 
 
 def _demo_token(agent: Agent, stored: str | None) -> tuple[str, bool]:
@@ -108,20 +153,16 @@ def _demo_token(agent: Agent, stored: str | None) -> tuple[str, bool]:
 def demo_ensure(
     *, rules_file: Path, stored_token: str | None = None, url: str | None = None
 ) -> DemoSetup:
-    """The demo, created or refreshed; ``stored_token`` is the token an earlier run printed;
-    with ``url`` (where the server is about to listen), the other apps' parts too
-    (``demo_prepared``)."""
+    """The demo, its missing parts created and the rest left as it is; ``stored_token`` is the
+    token an earlier run printed; with ``url`` (where the server is about to listen), the
+    other apps' parts too (``demo_prepared``)."""
     for username in DEMO_APPROVERS:
         _approver(username)
     _admin()
-    rules_import(text=rules_file.read_text(encoding="utf-8"))
-    gate_ensure(name=TWO_APPROVAL_GATE)
-    Gate.objects.filter(name=TWO_APPROVAL_GATE).update(required_approvals=2)
+    _example_rules(rules_file)
     # Caps and gates decide for the demo agent; the intern asks before every call.
-    agent = agent_create_or_update(
-        name=DEMO_AGENT, principal="acme-ops", mode=Agent.Mode.DANGER_FULL_ACCESS
-    )
-    agent_create_or_update(name=DEMO_PROMPT_AGENT, principal="acme-ops", mode=Agent.Mode.PROMPT)
+    agent = _agent(DEMO_AGENT, Agent.Mode.DANGER_FULL_ACCESS)
+    _agent(DEMO_PROMPT_AGENT, Agent.Mode.PROMPT)
     token, reused = _demo_token(agent, stored_token)
     if url is not None:
         demo_prepared.send(sender=DemoSetup, url=url)

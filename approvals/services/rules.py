@@ -6,7 +6,7 @@ Also the rules file: ``rules_import`` (all or nothing, docs/rules.md "Rules file
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
@@ -25,6 +25,18 @@ REPLACE_REFUSED = (
     "replacing would disable every enabled rule ({count}), as the file names none of them: "
     "nothing was changed"
 )
+# Said wherever a rule or budget creates its gate (admin, import_rules): a misspelt name
+# otherwise makes a new gate, with the defaults, without a word. The name is the grammar's
+# (letters, digits, '_', '.', '-'), written by an admin.
+GATE_CREATED = (
+    "Created gate {name}: no gate had that name. It has no group yet, so anyone who may "
+    "decide calls can approve the calls held there, one approval enough, until an admin "
+    "sets its group and required approvals under Approvals › Gates. If you meant an "
+    "existing gate, correct the name."
+)
+
+# Told the name of each gate a save creates, when the caller wants to say so.
+GateCreated = Callable[[str], None]
 
 
 class CapRuleNameTaken(Conflict):
@@ -59,11 +71,15 @@ class RulesImported:
     updated: tuple[str, ...]
     unchanged: tuple[str, ...]
     disabled: tuple[str, ...]
+    gates_created: tuple[str, ...] = ()  # the gates the rules named that did not exist
 
 
-def gate_ensure(*, name: str, by_user: User | None = None) -> Gate:
+def gate_ensure(
+    *, name: str, by_user: User | None = None, on_created: GateCreated | None = None
+) -> Gate:
     """The gate called ``name``, created with the defaults (docs/rules.md, "Gates") if missing
-    (in the caller's transaction), so a rule can never hold a call at a gate nobody set up."""
+    (in the caller's transaction), so a rule can never hold a call at a gate nobody set up.
+    ``on_created`` is told its name when it is created."""
     gate, created = Gate.objects.get_or_create(name=name)
     if created:
         audit_record(
@@ -72,6 +88,8 @@ def gate_ensure(*, name: str, by_user: User | None = None) -> Gate:
             user=by_user,
             after=f"name={gate.name!r} required_approvals={gate.required_approvals}",
         )
+        if on_created is not None:
+            on_created(gate.name)
     return gate
 
 
@@ -83,13 +101,15 @@ def cap_rule_save(
     description: str | None = None,
     rule: CapRule | None = None,
     by_user: User | None = None,
+    on_gate_created: GateCreated | None = None,
 ) -> CapRule:
     """Create or update the rule named in ``line`` (names match under casefold; the line's
     spelling wins). Refuses a line that does not parse with ``capcore.RuleError``.
 
     ``description`` None keeps the stored one. With ``rule`` (the row an admin is editing)
     that row is updated even when the line renames it — a new name starts a new ledger — and
-    a name another rule already has is refused with ``CapRuleNameTaken``.
+    a name another rule already has is refused with ``CapRuleNameTaken``. The gate the rule
+    names is created if missing, and ``on_gate_created`` told so (``GATE_CREATED``).
     """
     parsed = capcore.parse_rule(line)
     folded = parsed.name.casefold()
@@ -101,7 +121,7 @@ def cap_rule_save(
     else:
         row = rule
     if parsed.action.kind is capcore.ActionKind.GATE:
-        gate_ensure(name=parsed.action.gate, by_user=by_user)
+        gate_ensure(name=parsed.action.gate, by_user=by_user, on_created=on_gate_created)
     # The row as stored: an admin's form has already changed ``rule`` in memory.
     stored = None if row.pk is None else CapRule.objects.filter(pk=row.pk).first()
     row.name = parsed.name
@@ -128,7 +148,8 @@ def rules_import(
     line, nothing changed), then all are created or updated by casefolded name in one
     transaction, enabled, the file's spelling winning. ``replace`` also disables every enabled
     rule the file does not name — refused with ``RulesReplaceRefused`` when that is every
-    enabled rule, unless ``force``."""
+    enabled rule, unless ``force``. The gates the rules name are created if missing, and
+    reported (``gates_created``)."""
     parsed, errors = check_rules(text)
     if errors:
         raise RulesFileRefused(errors)
@@ -137,6 +158,7 @@ def rules_import(
     updated: list[str] = []
     unchanged: list[str] = []
     disabled: list[str] = []
+    gates_created: list[str] = []
     with transaction.atomic():
         enabled = list(CapRule.objects.select_for_update().filter(enabled=True))
         unnamed = [row for row in enabled if row.name_folded not in named] if replace else []
@@ -148,10 +170,20 @@ def rules_import(
             if row is not None and row.enabled and row.line == line.text.strip(_BLANKS):
                 # Nothing to save; the gate is still made sure of, as on every import.
                 if line.rule.action.kind is capcore.ActionKind.GATE:
-                    gate_ensure(name=line.rule.action.gate, by_user=by_user)
+                    gate_ensure(
+                        name=line.rule.action.gate,
+                        by_user=by_user,
+                        on_created=gates_created.append,
+                    )
                 unchanged.append(line.rule.name)
                 continue
-            cap_rule_save(line=line.text, enabled=True, description=None, by_user=by_user)
+            cap_rule_save(
+                line=line.text,
+                enabled=True,
+                description=None,
+                by_user=by_user,
+                on_gate_created=gates_created.append,
+            )
             (created if row is None else updated).append(line.rule.name)
         for row in sorted(unnamed, key=lambda r: r.name_folded):
             row.enabled = False
@@ -169,6 +201,7 @@ def rules_import(
         updated=tuple(updated),
         unchanged=tuple(unchanged),
         disabled=tuple(disabled),
+        gates_created=tuple(gates_created),
     )
 
 
@@ -193,10 +226,12 @@ def rules_export() -> str:
 
 
 @transaction.atomic
-def budget_save(*, budget: Budget, by_user: User | None = None) -> Budget:
+def budget_save(
+    *, budget: Budget, by_user: User | None = None, on_gate_created: GateCreated | None = None
+) -> Budget:
     """Save a budget, audited as an admin add or change; a budget that holds calls at a gate
-    creates that gate if missing."""
+    creates that gate if missing, and tells ``on_gate_created`` so."""
     if budget.action == Budget.Action.GATE:
-        gate_ensure(name=budget.gate, by_user=by_user)
+        gate_ensure(name=budget.gate, by_user=by_user, on_created=on_gate_created)
     model_save(instance=budget, actor=by_user)
     return budget

@@ -23,6 +23,14 @@ from capcore.permissions import held_by_mode_only
 # How many of the held calls reserving in a ledger the page links to.
 RESERVED_LINKS = 5
 
+# The heading of the call's reasons, by what became of it: a refused call was never held.
+WHY_HEADINGS = {
+    Call.Status.PENDING: "Why it is held",
+    Call.Status.REFUSED: "Why it was refused",
+    Call.Status.ALLOWED: "Why it was allowed",
+}
+WHY_HELD = "Why it was held"  # approved, denied, expired or cancelled: held, then ended
+
 
 @dataclass(frozen=True, slots=True)
 class GateProgress:
@@ -67,6 +75,10 @@ class CallPage:
     @property
     def pending(self) -> bool:
         return self.call.status == Call.Status.PENDING
+
+    @property
+    def why_heading(self) -> str:
+        return WHY_HEADINGS.get(Call.Status(self.call.status), WHY_HELD)
 
     @property
     def approved_count(self) -> int:

@@ -279,7 +279,27 @@ class BatchLine:
     call: str  # the id, or the field as posted when it named no call
     tool: str  # "" when there is no such call
     decided: bool
-    reason: str
+    # What became of a decided call (``approval recorded (1 of 2)``), or why it was not.
+    text: str
+    status: str  # the decided call's status then ("" when not decided)
+
+    @property
+    def mark(self) -> str:
+        """The line's class: ``yes`` for a call decided, ``wait`` for one an approval left
+        pending, ``no`` for one refused at its re-check or not decided."""
+        if self.status in (Call.Status.APPROVED, Call.Status.DENIED):
+            return "yes"
+        return "wait" if self.status == Call.Status.PENDING else "no"
+
+
+# The report's summary, in this order: how many calls ended each way, and the rest.
+_SUMMARY = (
+    (Call.Status.APPROVED, "{count} approved"),
+    (Call.Status.DENIED, "{count} denied"),
+    (Call.Status.PENDING, "{count} still pending (approval recorded)"),
+    (Call.Status.REFUSED, "{count} refused"),
+    ("", "{count} not decided"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,19 +308,20 @@ class BatchResult:
     lines: tuple[BatchLine, ...]
 
     @property
-    def decided(self) -> int:
-        return sum(line.decided for line in self.lines)
+    def summary(self) -> tuple[str, ...]:
+        """``2 approved``, ``1 still pending (approval recorded)``, ``1 not decided``: only
+        the outcomes the batch had. A partial approval is never counted as approved."""
+        counts = {status: 0 for status, _ in _SUMMARY}
+        for line in self.lines:
+            counts[line.status if line.decided else ""] += 1
+        return tuple(text.format(count=counts[s]) for s, text in _SUMMARY if counts[s])
 
-    @property
-    def not_decided(self) -> int:
-        return len(self.lines) - self.decided
 
-
-def batch_result(*, approve: bool, outcomes: Sequence[tuple[str, bool, str]]) -> BatchResult:
-    """The report of a batch: ``outcomes`` are (call id or field, decided, reason), with
-    each named call's tool read in one query."""
+def batch_result(*, approve: bool, outcomes: Sequence[tuple[str, bool, str, str]]) -> BatchResult:
+    """The report of a batch: ``outcomes`` are (call id or field, decided, what became of it
+    or why not, its status then), with each named call's tool read in one query."""
     ids = []
-    for call, _, _ in outcomes:
+    for call, *_ in outcomes:
         with contextlib.suppress(ValueError):
             ids.append(uuid.UUID(call))
     tools = {
@@ -309,7 +330,9 @@ def batch_result(*, approve: bool, outcomes: Sequence[tuple[str, bool, str]]) ->
     return BatchResult(
         approve=approve,
         lines=tuple(
-            BatchLine(call=call, tool=tools.get(call, ""), decided=decided, reason=reason)
-            for call, decided, reason in outcomes
+            BatchLine(
+                call=call, tool=tools.get(call, ""), decided=decided, text=text, status=status
+            )
+            for call, decided, text, status in outcomes
         ),
     )

@@ -117,7 +117,12 @@ def calls_decide_many(request: HtmxHttpRequest) -> HttpResponse:
         user=user, approve=approve, comment=request.POST.get("comment", ""), calls=fields
     )
     report = [
-        (str(o.call_id) if o.call_id is not None else o.field[:80], o.decided, o.reason)
+        (
+            str(o.call_id) if o.call_id is not None else o.field[:80],
+            o.decided,
+            o.outcome if o.decided else o.reason,
+            o.call.status if o.call is not None else "",
+        )
         for o in outcomes
     ]
     if request.htmx:

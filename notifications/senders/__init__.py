@@ -30,10 +30,10 @@ def send(*, channel: NotificationChannel, notification: Message) -> SendResult:
 @contextmanager
 def channel_sender(channel: NotificationChannel) -> Iterator[Sender]:
     """Send one message after another over ``channel``: any 2xx (or a mail the server
-    accepted) is ok; redirects are not followed; outbound requests time out after
-    ``COUNTERSIGN_NOTIFY_TIMEOUT`` seconds. Every failure, an exception too, is a
-    ``SendResult(ok=False)`` with a short error that names no secret. A webhook's requests
-    share one connection to the receiver."""
+    accepted) is ok; redirects are not followed; each attempt ends within
+    ``COUNTERSIGN_NOTIFY_TIMEOUT`` seconds by the clock (``outbound.py``). Every failure, an
+    exception too, is a ``SendResult(ok=False)`` with a short error that names no secret. A
+    webhook's requests share one connection to the receiver."""
     from notifications.models import NotificationChannel
 
     Kind = NotificationChannel.Kind

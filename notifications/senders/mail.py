@@ -1,6 +1,8 @@
 """Email: a plain-text and an HTML part, to the eligible approvers of the call's gates or to
 fixed addresses, through Django's mail API (the ``EMAIL_*`` settings, docs/notifications.md).
-The link opens the call page; nothing in a mail acts on a GET (mail scanners follow links)."""
+The link opens the call page; nothing in a mail acts on a GET (mail scanners follow links).
+An attempt, every mail of it, ends within ``COUNTERSIGN_NOTIFY_TIMEOUT`` by the clock
+(``outbound.attempt_within``), however slowly the mail server answers."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from django.template.loader import render_to_string
 from approvals.models import Call
 from approvals.selectors.deciders import DECIDE_PERMISSION
 from approvals.selectors.gates import gates_groups
+from notifications.senders.literal_text import MAIL
 from notifications.senders.notice import Notice, notice_read
+from notifications.senders.outbound import AttemptSockets, AttemptTimedOut, attempt_within
 from notifications.senders.result import SendResult, scrub
 
 if TYPE_CHECKING:
@@ -84,11 +88,19 @@ def email_send(*, channel: NotificationChannel, notification: Message) -> SendRe
             return SendResult(ok=False, error=" ".join(exc.messages)[:200])
         if not addresses:
             return SendResult(ok=False, error=NO_ADDRESS)
-    notice = notice_read(notification=notification)
+    notice = notice_read(notification=notification, text=MAIL)
     messages = [email_message(notice=notice, to=address) for address in addresses]
-    try:
-        with get_connection(timeout=settings.COUNTERSIGN_NOTIFY_TIMEOUT) as connection:
+    timeout = settings.COUNTERSIGN_NOTIFY_TIMEOUT
+
+    def deliver() -> None:
+        with get_connection(timeout=timeout) as connection:
             connection.send_messages(messages)
+
+    try:
+        # The mail server is the operator's own (EMAIL_URL): any address is allowed.
+        attempt_within(deliver, seconds=timeout, sockets=AttemptSockets(public_only=False))
+    except AttemptTimedOut as exc:
+        return exc.result()
     except Exception as exc:
         message = str(exc)
         text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__

@@ -1,6 +1,7 @@
 """What a notification tells a person, read once for every channel that writes to people
 (email, Apprise): the call as committed in the payload, its amounts and agent from the
-database, and the time left as of sending."""
+database, and the time left as of sending. Every text Countersign did not write is read as
+the channel shows it (``literal_text``): a template cannot show it otherwise."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from approvals.templatetags.money import money
 from notifications.models import NotificationChannel
 
 if TYPE_CHECKING:
+    from notifications.senders.literal_text import LiteralText
     from notifications.senders.message import Message
 
 Event = NotificationChannel.Event
@@ -39,8 +41,12 @@ DECIDED_HEADLINE = "Decided"
 
 @dataclass(frozen=True)
 class Notice:
+    """A call's notice for one kind of channel: ``tool``, ``agent``, ``principal``,
+    ``run_id`` and ``comment`` quoted, ``reasons`` and ``decided_by`` on one line each, as
+    its ``LiteralText`` shows them."""
+
     event: str
-    headline: str
+    what: str
     tool: str
     amounts: tuple[capcore.Limit, ...]
     agent: str
@@ -54,6 +60,13 @@ class Notice:
     decided_by: str
     comment: str
     url: str
+
+    @property
+    def headline(self) -> str:
+        """What happened, and who decided: a mail's first line, a subject's start."""
+        if self.event == Event.DECIDED and self.decided_by:
+            return f"{self.what} by {self.decided_by}"
+        return self.what
 
     @property
     def pending(self) -> bool:
@@ -89,9 +102,10 @@ def _reason(reason: dict[str, Any]) -> str:
     return message or rule
 
 
-def notice_read(*, notification: Message, now: datetime | None = None) -> Notice:
+def notice_read(*, notification: Message, text: LiteralText, now: datetime | None = None) -> Notice:
     """The notice of ``notification``: the call as its payload has it (the state when the
-    event was committed), the amounts and agent's name from the database."""
+    event was committed), the amounts and agent's name from the database; the texts others
+    wrote as ``text`` shows them."""
     call = Call.objects.select_related("agent", "decided_by").get(pk=notification.call_id)
     data = _data(notification)
     state: dict[str, Any] = data.get("call") or {}
@@ -100,29 +114,28 @@ def notice_read(*, notification: Message, now: datetime | None = None) -> Notice
     decision = state.get("decision") or {}
     event = notification.event
     if event == Event.DECIDED:
-        headline = DECIDED_HEADLINES.get(status, DECIDED_HEADLINE)
-        if decision.get("by"):
-            headline = f"{headline} by {decision['by']}"
+        what = DECIDED_HEADLINES.get(status, DECIDED_HEADLINE)
     else:
-        headline = HEADLINES.get(event, event)
+        what = HEADLINES.get(event, event)
+    run_id, comment = str(state.get("run_id") or ""), str(decision.get("comment") or "")
     return Notice(
         event=event,
-        headline=headline,
-        tool=str(state.get("tool") or call.tool),
+        what=what,
+        tool=text.quoted(str(state.get("tool") or call.tool)),
         amounts=call_amounts(cap_assessments(call, stored_rules())),
-        agent=call.agent.name,
-        principal=str(state.get("principal") or call.principal),
-        run_id=str(state.get("run_id") or ""),
+        agent=text.quoted(call.agent.name),
+        principal=text.quoted(str(state.get("principal") or call.principal)),
+        run_id=text.quoted(run_id) if run_id else "",
         reasons=tuple(
-            _reason(reason)
+            text.line(_reason(reason))
             for reason in state.get("reasons") or call.reasons
             if isinstance(reason, dict)
         ),
-        gates=tuple(str(gate) for gate in state.get("gates") or ()),
+        gates=tuple(text.line(str(gate)) for gate in state.get("gates") or ()),
         status=status,
         expires_at=expires_at,
         time_left=time_left(expires_at, now or timezone.now()) if status == Status.PENDING else "",
-        decided_by=str(decision.get("by") or ""),
-        comment=str(decision.get("comment") or ""),
+        decided_by=text.line(str(decision.get("by") or "")),
+        comment=text.quoted(comment) if comment else "",
         url=str(data.get("url") or ""),
     )

@@ -7,7 +7,8 @@ Each attempt, from connecting (through the proxy of ``HTTPS_PROXY`` or ``HTTP_PR
 ``NO_PROXY`` names the host) to the end of the answer, must end within
 ``COUNTERSIGN_NOTIFY_TIMEOUT`` seconds: a receiver that answers a byte at a time cannot hold
 a sending thread past it. Redirects are not followed, and of an answer only its status is
-used."""
+used. With ``COUNTERSIGN_NOTIFY_PRIVATE_TARGETS`` off, each connection is checked against the
+address it is opened to (``outbound.py``), and a proxied target's host before it is sent."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import binascii
 import functools
 import ssl
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from django.conf import settings
 from standardwebhooks import Webhook
 
 from config.env import OutboundProxies
+from notifications.senders.outbound import AttemptSockets, proxy_addresses, watched
 from notifications.senders.result import SendResult, failure
 
 if TYPE_CHECKING:
@@ -177,22 +179,37 @@ def webhook_sender(channel: NotificationChannel) -> Iterator[Callable[[Message],
         return
     signer = Webhook(channel.secret)
     timeout = float(settings.COUNTERSIGN_NOTIFY_TIMEOUT)
+    public_only = not settings.COUNTERSIGN_NOTIFY_PRIVATE_TARGETS
+    proxied = webhook_proxy(url) is not None
+    exempt = proxy_addresses() if public_only and proxied else frozenset()
 
-    async def attempt(client: httpx.AsyncClient, notification: Message) -> int:
+    async def attempt(
+        client: httpx.AsyncClient, notification: Message, sockets: AttemptSockets
+    ) -> int:
         async with asyncio.timeout(timeout):
+            if public_only and proxied:
+                # The proxy connects to the target, out of this process's sight.
+                await asyncio.to_thread(sockets.check_host, url.host)
             body = notification.payload.encode()
             headers = signed_headers(
                 signer=signer, msg_id=message_id(notification), body=body, at=datetime.now(UTC)
             )
             return await answer_status(client, url, body=body, headers=headers)
 
-    with asyncio.Runner() as runner:
+    # asyncio's own loop, whose connections are Python sockets: each is checked as it is
+    # opened (outbound.py), as another loop's might not be.
+    with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
         client = webhook_client(url, timeout=timeout)
 
         def send(notification: Message) -> SendResult:
+            # Bounded by asyncio's timeout: its connections are checked, never cut.
+            sockets = AttemptSockets(public_only=public_only, exempt=exempt, cut=False)
             try:
-                status = runner.run(attempt(client, notification))
+                with watched(sockets) if public_only else nullcontext(sockets):
+                    status = runner.run(attempt(client, notification, sockets))
             except Exception as exc:
+                if sockets.refused:
+                    return SendResult(ok=False, error=sockets.refused)
                 return failure(attempt_error(exc, timeout=timeout), channel=channel)
             if 200 <= status < 300:
                 return SendResult(ok=True, status_code=status)

@@ -500,3 +500,97 @@ def test_favicon_ico_is_sent_on_to_the_icon_in_static(client: Client, settings: 
     icon = Client().get("/favicon.ico", follow=True)
     assert icon.status_code == 200
     assert icon["Content-Type"].startswith("image/")
+
+
+# --- the header, a gate a save creates, a budget's cost as a decimal -------------------------
+
+
+def test_the_admin_says_countersign_not_django(client: Client, admin_client: Client) -> None:
+    login = client.get("/admin/login/").content.decode()
+    index = admin_client.get("/admin/").content.decode()
+    for page in (login, index):
+        assert "Django administration" not in page
+        assert re.search(r'<div id="site-name"><a href="/admin/">Countersign</a></div>', page)
+    assert "<title>Log in | Countersign admin</title>" in login
+    assert "<h1>Countersign administration</h1>" in index
+
+
+def warnings_of(response: Any) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request) if m.level_tag == "warning"]
+
+
+def test_a_rule_naming_a_new_gate_says_it_created_it(admin_client: Client) -> None:
+    Gate.objects.create(name="finance")
+    line = "big: pay arg=amount max USD 500.00 -> gate finanse"
+    response = admin_client.post(url(CapRule, "add"), {"line": line, "enabled": "on"})
+    assert response.status_code == 302
+    assert warnings_of(response) == [
+        "Created gate finanse: no gate had that name. It has no group yet, so anyone who may "
+        "decide calls can approve the calls held there, one approval enough, until an admin "
+        "sets its group and required approvals under Approvals › Gates. If you meant an "
+        "existing gate, correct the name."
+    ]
+    assert "Created gate finanse" in admin_client.get(response["Location"]).content.decode()
+    # Saved again, or naming a gate that exists: nothing to say.
+    row = CapRule.objects.get()
+    for again in (line, "big: pay arg=amount max USD 500.00 -> gate finance"):
+        response = admin_client.post(url(CapRule, "change", row.pk), {"line": again})
+        assert (response.status_code, warnings_of(response)) == (302, [])
+
+
+def test_a_budget_naming_a_new_gate_says_it_created_it(admin_client: Client) -> None:
+    data = {"scope": "run", "action": "gate", "gate": "opps", "max_calls": "5"}
+    response = admin_client.post(url(Budget, "add"), data)
+    assert response.status_code == 302
+    assert [w.split(":")[0] for w in warnings_of(response)] == ["Created gate opps"]
+
+
+BUDGET = {"scope": "run", "action": "refuse", "cost_currency": "USD"}
+
+
+@pytest.mark.parametrize(
+    ("typed", "units"),
+    [
+        ("0.25", 250_000_000),
+        ("12", 12_000_000_000),
+        ("0.000000001", 1),
+        ("1.123456789", 1_123_456_789),
+        ("9223372036.854775807", 2**63 - 1),
+        (" 3.5 ", 3_500_000_000),  # the form strips the blanks around it
+    ],
+)
+def test_a_budget_cost_is_typed_as_a_decimal(admin_client: Client, typed: str, units: int) -> None:
+    response = admin_client.post(url(Budget, "add"), {**BUDGET, "max_cost": typed})
+    assert response.status_code == 302
+    budget = Budget.objects.get()
+    assert (budget.max_cost, budget.cost_currency) == (units, "USD")
+    # The change form shows it back as the shortest exact decimal, and so does the list.
+    shown = admin_client.get(url(Budget, "change", budget.pk)).content.decode()
+    assert re.search(rf'name="max_cost" value="{re.escape(typed.strip())}"', shown)
+    listed = admin_client.get(url(Budget, "changelist")).content.decode()
+    assert f'<td class="field-cost_ceiling">USD {typed.strip()}</td>' in listed
+
+
+@pytest.mark.parametrize(
+    ("typed", "currency", "field", "message"),
+    [
+        ("0.1234567891", "USD", "max_cost", "A cost has at most 9 decimal places"),
+        ("1e3", "USD", "max_cost", "Type the cost as a decimal such as 0.25"),
+        ("1,000", "USD", "max_cost", "Type the cost as a decimal such as 0.25"),
+        ("-1", "USD", "max_cost", "A cost ceiling cannot be negative."),
+        ("9223372036.854775808", "USD", "max_cost", "A cost ceiling is at most"),
+        ("0.25", "", "cost_currency", "A cost ceiling needs its currency"),
+        ("0.25", "usd", "cost_currency", "Not an ISO 4217 currency code"),
+    ],
+)
+def test_a_bad_budget_cost_is_refused_with_what_to_type(
+    admin_client: Client, typed: str, currency: str, field: str, message: str
+) -> None:
+    data = {**BUDGET, "cost_currency": currency, "max_cost": typed}
+    response = admin_client.post(url(Budget, "add"), data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == [field]
+    assert errors[field][0].startswith(message)
+    assert typed not in errors[field][0]
+    assert not Budget.objects.exists()

@@ -27,7 +27,7 @@ from approvals.services.decisions import (
     calls_decide,
 )
 from approvals.web.views import BATCH_BAD_VERB, BATCH_EMPTY
-from tests.factories import call_make, payment, rule_make, user_make
+from tests.factories import agent_make, call_make, gate_make, payment, rule_make, user_make
 
 MISSING = "00000000-0000-4000-8000-000000000000"
 
@@ -127,6 +127,48 @@ def test_the_same_call_twice_is_decided_once(held: list[Call]) -> None:
     assert Approval.objects.filter(call=held[0]).count() == 1
 
 
+def test_an_approval_that_leaves_a_call_pending_is_reported_as_recorded(db: None) -> None:
+    """A two-approval gate's first approval, a re-check that holds, one that refuses: none
+    of them says "approved", in the outcome or in the approver's audit entry."""
+    agent = agent_make(mode="prompt")
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate treasury")
+    gate_make(name="treasury", required_approvals=2)
+    first = call_make(agent=agent, arguments=payment("600.00"))  # treasury: 2 needed
+    second, third = (call_make(agent=agent, tool="wire", arguments=payment("40.00")) for _ in "ab")
+    fourth = call_make(agent=agent, tool="refund", arguments=payment("40.00"))
+    # Written while the calls wait: the re-check of wire holds it at finance, refund's refuses.
+    rule_make(line="wires: wire arg=amount sum USD 50.00 -> gate finance")
+    rule_make(line="refunds: refund arg=amount sum USD 10.00 -> refuse")
+    alice = user_make(username="alice")
+
+    outcomes = calls_decide(
+        user=alice,
+        approve=True,
+        comment="ok",
+        calls=[field(c) for c in (first, second, third, fourth)],
+    )
+
+    assert [(o.decided, o.outcome) for o in outcomes] == [
+        (True, "approval recorded (1 of 2)"),
+        (True, "approved"),
+        (True, "approval recorded (1 of 1); the re-check of its sums holds it at gate finance too"),
+        (True, "Refused when approved: cap rule refunds refuses it now."),
+    ]
+    assert [status(c) for c in (first, second, third, fourth)] == [
+        "pending",
+        "approved",
+        "pending",
+        "refused",
+    ]
+    entries = AuditEntry.objects.filter(user=alice, object_type="call")
+    assert {(e.object_id, e.action, e.after) for e in entries} == {
+        (str(first.pk), "call pending", "approval recorded (1 of 2): ok"),
+        (str(second.pk), "call approved", "ok"),
+        (str(third.pk), "call pending", "approval recorded (1 of 1): ok"),
+        (str(fourth.pk), "call pending", "approval recorded (1 of 1): ok"),
+    }
+
+
 # --- the endpoint ------------------------------------------------------------------------------
 
 
@@ -160,6 +202,25 @@ def test_an_htmx_batch_answers_the_report_and_the_socket_the_rows(held: list[Cal
     assert 'id="queue"' not in html
     assert "hx-swap-oob" not in html
     assert [status(c) for c in held] == ["approved", "denied", "approved"]
+
+
+def test_the_report_counts_a_partial_approval_as_pending_not_approved(held: list[Call]) -> None:
+    gate_make(name="", required_approvals=2)
+    alice = user_make(username="alice")
+    response = logged_in(alice).post(
+        "/calls/decide",
+        {"verb": "approve", "comment": "", "call": [field(c) for c in held[:2]]},
+        headers={"HX-Request": "true"},
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "<strong>2 still pending (approval recorded)</strong>." in html
+    assert "approved" not in html
+    for call in held[:2]:
+        assert re.search(
+            rf'<li class="wait" data-call="{call.pk}">.*: approval recorded \(1 of 2\)</li>',
+            html,
+        )
 
 
 def test_the_plain_form_is_redirected_to_the_queue_which_shows_the_report_once(

@@ -15,8 +15,8 @@ from django.utils import timezone
 from approvals.management.commands.import_rules import NOTHING_CHANGED, REPLACE_REFUSED
 from approvals.models import Agent, AgentToken, AuditEntry, Call, CapRule
 from approvals.services.agents import agent_authenticate, agent_token_revoke
-from approvals.services.rules import cap_rule_save
-from tests.factories import agent_make, call_make, payment, rule_make
+from approvals.services.rules import GATE_CREATED, cap_rule_save
+from tests.factories import agent_make, call_make, gate_make, payment, rule_make
 
 pytestmark = pytest.mark.django_db
 
@@ -75,9 +75,33 @@ def test_import_rules_loads_a_file(tmp_path: Path) -> None:
     path = tmp_path / "rules.txt"
     path.write_text("# finance\n\n" + GOOD)
     out, err = run("import_rules", str(path))
-    assert out == "created 1 rule: big\nupdated 0 rules\nunchanged 0 rules\ndisabled 0 rules\n"
+    assert out.split("\n") == [
+        "created 1 rule: big",
+        "updated 0 rules",
+        "unchanged 0 rules",
+        "disabled 0 rules",
+        # The gate the rule names did not exist: said, with what it means until it is set up.
+        GATE_CREATED.format(name="finance"),
+        "",
+    ]
     assert err == ""
     assert CapRule.objects.get().line == GOOD.strip()
+    # Imported again, the gate exists: nothing more is said.
+    assert "gate" not in run("import_rules", str(path))[0]
+
+
+def test_import_rules_names_a_misspelt_gate_it_created(tmp_path: Path) -> None:
+    gate_make(name="finance")
+    path = tmp_path / "rules.txt"
+    path.write_text(GOOD + "small: pay arg=amount max USD 50.00 -> gate finanse\n")
+    out, _ = run("import_rules", str(path))
+    assert out.split("\n")[4:] == [
+        "Created gate finanse: no gate had that name. It has no group yet, so anyone who may "
+        "decide calls can approve the calls held there, one approval enough, until an admin "
+        "sets its group and required approvals under Approvals › Gates. If you meant an "
+        "existing gate, correct the name.",
+        "",
+    ]
 
 
 def test_import_rules_is_all_or_nothing(tmp_path: Path) -> None:
@@ -142,6 +166,7 @@ def test_import_rules_reports_every_bad_line(tmp_path: Path) -> None:
         + "BIG: pay arg=amount max USD 1 -> refuse\n"
         + "e: pay arg=amount sum USD 1 per year -> refuse\n"
         + "f: pay\n"
+        + "g: pay arg=amount max USD 12.5O -> refuse\n"
     )
     err = fail("import_rules", str(path), "--replace")
     assert err.split("\n") == [
@@ -150,10 +175,13 @@ def test_import_rules_reports_every_bad_line(tmp_path: Path) -> None:
         " (e.g. XAU 10 exponent=3)",
         f"{path}:5:18: expected 'max' or 'sum', found U+00A0 NO-BREAK SPACE",
         f"{path}:6:44: expected the end of the line",
-        f"{path}:7:1: expected a rule name not used before",
+        f"{path}:7:1: expected a rule name not used before (already defined on line 1; names"
+        " match ignoring case)",
         f"{path}:8:33: expected a window: 'day', 'week', 'month' or a count with m, h or d",
         f"{path}:9:7: expected 'arg='",
-        NOTHING_CHANGED.format(path=path, count=7, s="s"),
+        # At the letter O typed for a zero, not at the start of the amount.
+        f"{path}:10:31: expected a digit or the end of the amount",
+        NOTHING_CHANGED.format(path=path, count=8, s="s"),
         "",
     ]
     assert "ZQXJ77" not in err
@@ -177,6 +205,7 @@ def test_import_rules_prints_created_updated_unchanged_and_disabled(tmp_path: Pa
         "updated 1 rule: big",
         "unchanged 1 rule: same",
         "disabled 1 rule: old",
+        GATE_CREATED.format(name="finance"),
         "",
     ]
     assert err == ""

@@ -1,6 +1,6 @@
-"""The demo behind `make run`: demo_setup twice keeps its token, stops on a taken port, makes
-an admin who can use the admin; demo_agent finds the server, reacts to a real approval and
-revokes its tokens."""
+"""The demo behind `make run`: demo_setup twice keeps its token and every admin edit, stops on a
+taken port, makes an admin who can use the admin (people and groups too); demo_agent finds the
+server, reacts to a real approval and revokes its tokens."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
@@ -25,7 +26,7 @@ from django.test import Client as DjangoClient
 
 from approvals.management.commands.demo_agent import STOPPED
 from approvals.management.commands.demo_setup import PORT_TAKEN
-from approvals.models import AgentToken, Call, CapRule, Gate
+from approvals.models import Agent, AgentToken, Call, CapRule, Gate
 from approvals.services.agents import agent_authenticate, token_digest
 from approvals.services.demo import (
     DEMO_ADMIN,
@@ -36,6 +37,7 @@ from approvals.services.demo import (
 )
 from countersign import Client, ServiceUnavailable, protocol
 from tests.live import ROOT, Approver, _database_url, free_port, live_server
+from tests.scale.test_hostile_sockets import _Form
 
 RULES = Path(__file__).resolve().parents[2] / "examples" / "rules.txt"
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -141,6 +143,106 @@ def test_the_demo_admin_can_use_the_admin_and_the_approvers_are_not_staff() -> N
     assert alice.login(username="alice", password=DEMO_PASSWORD)
     assert alice.get("/admin/").status_code == 302  # to the admin's login: not staff
     assert alice.get("/").status_code == 200  # the queue
+
+
+def admin_form(admin: DjangoClient, path: str, **changes: str | None) -> None:
+    """Submit an admin form as its page has it, some fields changed (None: left out, as an
+    unticked box is)."""
+    page = admin.get(path)
+    assert page.status_code == 200, (path, page.status_code)
+    form = _Form()
+    form.feed(page.content.decode())
+    fields = {**form.fields, **changes}
+    answer = admin.post(path, {name: value for name, value in fields.items() if value is not None})
+    assert answer.status_code == 302, (path, answer.status_code)
+
+
+def demo_admin() -> DjangoClient:
+    admin = DjangoClient()
+    assert admin.login(username=DEMO_ADMIN, password=DEMO_PASSWORD)
+    return admin
+
+
+def test_demo_setup_again_keeps_every_edit_an_admin_made(var_dir: Path) -> None:
+    token = printed_token(setup())
+    admin = demo_admin()
+    per_payee = CapRule.objects.get(name="per-payee")
+    edited = per_payee.line.replace("USD 5000.00", "USD 7500.00")
+    admin_form(admin, f"/admin/approvals/caprule/{per_payee.pk}/change/", line=edited)
+    daily = CapRule.objects.get(name="daily-spend")
+    admin_form(admin, f"/admin/approvals/caprule/{daily.pk}/change/", enabled=None)
+    refunds = CapRule.objects.get(name="refunds")
+    admin_form(admin, f"/admin/approvals/caprule/{refunds.pk}/delete/", post="yes")
+    treasury = Gate.objects.get(name="treasury")
+    finance = Group.objects.create(name="finance-team")
+    admin_form(
+        admin,
+        f"/admin/approvals/gate/{treasury.pk}/change/",
+        required_approvals="3",
+        group=str(finance.pk),
+    )
+    intern = Agent.objects.get(name="demo-intern")
+    admin_form(admin, f"/admin/approvals/agent/{intern.pk}/change/", mode="default")
+    bob = User.objects.get(username="bob")
+    admin_form(admin, f"/admin/auth/user/{bob.pk}/change/", is_active=None)
+    before = {
+        "rules": sorted(CapRule.objects.values_list("name", "line", "enabled")),
+        "gates": sorted(Gate.objects.values_list("name", "required_approvals", "group")),
+        "modes": sorted(Agent.objects.values_list("name", "mode")),
+        "people": sorted(User.objects.values_list("username", "is_active", "is_staff")),
+    }
+
+    again = setup()
+
+    assert {
+        "rules": sorted(CapRule.objects.values_list("name", "line", "enabled")),
+        "gates": sorted(Gate.objects.values_list("name", "required_approvals", "group")),
+        "modes": sorted(Agent.objects.values_list("name", "mode")),
+        "people": sorted(User.objects.values_list("username", "is_active", "is_staff")),
+    } == before
+    assert CapRule.objects.get(name="per-payee").line == edited
+    assert not CapRule.objects.get(name="daily-spend").enabled
+    assert not CapRule.objects.filter(name="refunds").exists()
+    assert Gate.objects.get(name="treasury").required_approvals == 3
+    assert Agent.objects.get(name="demo-intern").mode == "default"
+    assert not User.objects.get(username="bob").is_active
+    # The token printed the first time is printed again and still works.
+    assert printed_token(again) == token
+    found = agent_authenticate(token=token)
+    assert found is not None
+    assert found.name == DEMO_AGENT
+
+
+def test_demo_setup_recreates_only_what_is_missing(var_dir: Path) -> None:
+    setup()
+    User.objects.get(username="alice").delete()
+    again = setup()
+    alice = User.objects.get(username="alice")
+    assert alice.check_password(DEMO_PASSWORD)
+    assert alice.has_perm("approvals.decide_call")
+    assert not alice.is_staff
+    assert "log in as alice or bob" in again
+    assert CapRule.objects.count() == 5
+
+
+def test_the_demo_admin_manages_people_and_groups_but_decides_nothing() -> None:
+    setup()
+    admin = demo_admin()
+    assert admin.get("/admin/auth/user/").status_code == 200
+    assert admin.get("/admin/auth/group/").status_code == 200
+    alice = User.objects.get(username="alice")
+    assert admin.get(f"/admin/auth/user/{alice.pk}/change/").status_code == 200
+    admin_form(admin, "/admin/auth/group/add/", name="treasurers")
+    assert Group.objects.filter(name="treasurers").exists()
+    admin_form(
+        admin,
+        f"/admin/auth/user/{alice.pk}/change/",
+        groups=str(Group.objects.get(name="treasurers").pk),
+    )
+    assert list(alice.groups.values_list("name", flat=True)) == ["treasurers"]
+    held = User.objects.get(username=DEMO_ADMIN)
+    assert not held.is_superuser
+    assert not held.has_perm("approvals.decide_call")
 
 
 def test_demo_agent_prints_each_decision_as_it_arrives_and_revokes_its_tokens() -> None:

@@ -228,6 +228,16 @@ def test_two_of_two_the_edit_voids_earlier_approvals_and_binds_the_new_digest(db
         ("dave", digest(payment("520.00")), True),
         ("alice", digest(payment("520.00")), True),
     ]
+    # Each approval that left the call waiting, the edits' own included, is recorded as such.
+    decisions = AuditEntry.objects.filter(object_id=str(call.pk), user__isnull=False).exclude(
+        action=AuditEntry.Action.CALL_EDITED
+    )
+    assert list(decisions.order_by("pk").values_list("username", "action", "after")) == [
+        ("alice", "call pending", "approval recorded (1 of 2)"),
+        ("bob", "call pending", "approval recorded (1 of 2)"),
+        ("dave", "call pending", "approval recorded (1 of 2)"),
+        ("alice", "call approved", "fine"),
+    ]
 
 
 def test_an_edit_does_not_count_the_call_again_in_its_run(capped: None) -> None:

@@ -10,6 +10,7 @@ import pytest
 import capcore
 from approvals.models import AuditEntry, Budget, CapRule, Gate
 from approvals.services.rules import (
+    GATE_CREATED,
     CapRuleNameTaken,
     RulesFileRefused,
     RulesImported,
@@ -46,6 +47,20 @@ def test_saving_a_rule_creates_its_gate_once() -> None:
     assert CapRule.objects.get().line == "big: pay arg=amount max USD 600.00 -> gate finance"
 
 
+def test_saving_a_rule_or_budget_tells_which_gate_it_created() -> None:
+    told: list[str] = []
+    cap_rule_save(
+        line="big: pay arg=amount max USD 500.00 -> gate finanse", on_gate_created=told.append
+    )
+    cap_rule_save(
+        line="big: pay arg=amount max USD 600.00 -> gate finanse", on_gate_created=told.append
+    )
+    cap_rule_save(line="small: pay arg=amount max USD 5.00 -> gate", on_gate_created=told.append)
+    budget_save(budget=Budget(max_calls=5, action="gate", gate="ops"), on_gate_created=told.append)
+    assert told == ["finanse", "ops"]  # once each; the default gate always exists
+    assert GATE_CREATED.format(name="finanse").startswith("Created gate finanse: ")
+
+
 def test_editing_a_row_can_rename_it_but_not_onto_another_rule() -> None:
     row = cap_rule_save(line="big: pay arg=amount max USD 500.00 -> refuse")
     cap_rule_save(line="other: pay arg=amount max USD 1.00 -> refuse")
@@ -64,8 +79,11 @@ def test_import_creates_every_rule_and_its_gates() -> None:
         updated=(),
         unchanged=(),
         disabled=(),
+        gates_created=("finance", "treasury"),
     )
     assert set(Gate.objects.values_list("name", flat=True)) == {"", "finance", "treasury"}
+    # Imported again: nothing is created, so nothing is reported.
+    assert rules_import(text=EXAMPLES).gates_created == ()
     assert CapRule.objects.filter(enabled=True).count() == 6
 
 
@@ -179,7 +197,7 @@ def test_a_duplicate_name_is_reported_with_the_other_bad_lines() -> None:
         rules_import(text=text)
     assert [(e.line, e.expected) for e in caught.value.errors] == [
         (2, "'max' or 'sum'"),
-        (3, "a rule name not used before"),
+        (3, "a rule name not used before (already defined on line 1; names match ignoring case)"),
     ]
     assert not CapRule.objects.exists()
 

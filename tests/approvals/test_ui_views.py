@@ -319,6 +319,38 @@ def test_after_a_decision_the_page_shows_who_what_when_and_the_trail(agent: Agen
     assert 'name="comment"' not in page
 
 
+WHY_TITLE = re.compile(r'<h2 id="why-title">([^<]*)</h2>')
+
+
+def test_the_reasons_heading_says_what_became_of_the_call(agent: Agent) -> None:
+    rule_make(line="no-wire: wire arg=amount max USD 5.00 -> refuse")
+    refused = call_make(agent=agent, tool="wire", arguments=payment("50.00"))
+    allowed = call_make(agent=agent, arguments=payment("5.00"))
+    held = call_make(agent=agent, arguments=payment("600.00"))
+    denied = call_make(agent=agent, arguments=payment("601.00"))
+    assert [c.status for c in (refused, allowed, held, denied)] == [
+        "refused",
+        "allowed",
+        "pending",
+        "pending",
+    ]
+    client = browser(user_make(username="alice"))
+    assert (
+        client.post(
+            f"/calls/{denied.pk}/deny", {"comment": "", "arguments_sha256": denied.arguments_sha256}
+        ).status_code
+        == 303
+    )
+
+    def heading(call: Call) -> list[str]:
+        return WHY_TITLE.findall(html_of(client, f"/calls/{call.pk}/"))
+
+    assert heading(refused) == ["Why it was refused"]
+    assert heading(allowed) == ["Why it was allowed"]
+    assert heading(held) == ["Why it is held"]
+    assert heading(denied) == ["Why it was held"]
+
+
 def test_the_extend_button_extends_once(agent: Agent) -> None:
     call = call_make(agent=agent, arguments=payment("1250.00"))
     client = browser(user_make(username="alice"))
@@ -447,5 +479,5 @@ def test_a_rule_that_cannot_read_the_call_says_why(agent: Agent) -> None:
     call = call_make(agent=agent, arguments=payment("50.00"))  # no payee: its key is missing
     page = html_of(browser(user_make(username="alice")), f"/calls/{call.pk}/")
     caps = page[page.index('<table class="caps">') :]
-    assert "not assessable: the key argument is missing" in caps
+    assert "not assessable: the key argument payee is missing" in caps
     assert "(limit USD 100.00 per day)" in caps

@@ -30,6 +30,7 @@ from tests.live import LiveServer
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DESKTOP = {"width": 1280, "height": 800}
+TABLET = {"width": 800, "height": 1000}
 PHONE = {"width": 390, "height": 844}
 LONG_TOOL = "wire.transfer.international.sepa-instant"
 LONG_COMMENT = "Declined: the payee's IBAN does not match the one on file for this supplier."
@@ -188,6 +189,51 @@ def test_on_a_phone_the_amount_and_approve_stay_in_reach_and_approve_works(
     assert Call.objects.get(pk=pending).status == Call.Status.APPROVED
 
 
+def test_on_a_phone_the_batch_bar_takes_no_room_until_a_call_is_selected(
+    browsing: Browsing,
+) -> None:
+    def setup() -> None:
+        user_make(username="alice", password=PASSWORD)
+        rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+        agent = agent_make()
+        for cents in range(3):
+            call_make(agent=agent, arguments=payment(f"60{cents}.00"))
+
+    off_the_loop(setup)
+    page = browsing.logged_in("alice")
+    page.set_viewport_size(PHONE)  # type: ignore[arg-type]
+    rows = page.locator("#mine .row")
+    expect(rows).to_have_count(3)
+    bar = page.locator("#batch")
+    buttons = [page.get_by_role("button", name=f"{verb} selected") for verb in ("Approve", "Deny")]
+
+    # Nothing selected: only "All" is left, a slim line after the last row, over none.
+    expect(page.locator("#pick-all")).to_be_visible()
+    for hidden in (page.locator("#batch-comment"), *buttons):
+        expect(hidden).to_be_hidden()
+    box, last = bar.bounding_box(), rows.last.bounding_box()
+    assert box is not None
+    assert last is not None
+    assert box["height"] <= 0.06 * PHONE["height"]
+    assert box["y"] >= last["y"] + last["height"]
+    assert bar.evaluate("bar => getComputedStyle(bar).position") == "static"
+
+    # One selected: the comment and both buttons, held in reach at the bottom.
+    rows.first.locator("input.pick").check()
+    for shown in (page.locator("#batch-comment"), *buttons):
+        expect(shown).to_be_visible()
+    assert bar.evaluate("bar => getComputedStyle(bar).position") == "sticky"
+    assert in_viewport(page, "#batch button.approve")
+    assert in_viewport(page, "#batch button.deny")
+
+    # Unselected again: slim again. On a desktop the bar stays whole: it is one line there.
+    rows.first.locator("input.pick").uncheck()
+    expect(buttons[0]).to_be_hidden()
+    page.set_viewport_size(DESKTOP)  # type: ignore[arg-type]
+    expect(buttons[0]).to_be_visible()
+    expect(buttons[0]).to_be_disabled()
+
+
 def admin_logged_in(browsing: Browsing) -> Page:
     user_make(username="root", superuser=True, password=PASSWORD)
     page = browsing.tab(browsing.person())
@@ -237,3 +283,37 @@ def test_favicon_ico_answers_with_an_icon(server: LiveServer) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("image/")
     assert response.content[:4] == b"\x00\x00\x01\x00"  # an ICO file
+
+
+# Each form field whose box passes the right edge of its form row, or of the window.
+FIELDS_PAST_THEIR_ROW_JS = """() => Array.from(document.querySelectorAll(
+  '#content-main form .form-row :is(input:not([type=hidden]), textarea, select)'
+)).filter(field => field.getClientRects().length).flatMap(field => {
+  const box = field.getBoundingClientRect();
+  const row = field.closest('.form-row').getBoundingClientRect();
+  return box.right > row.right + 0.5 || box.right > window.innerWidth
+    ? [`${field.name || field.id}: ${Math.round(box.right)} > ${Math.round(row.right)}`] : [];
+})"""
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, TABLET, PHONE], ids=["1280", "800", "390"])
+def test_admin_form_fields_fit_their_form(browsing: Browsing, viewport: dict[str, int]) -> None:
+    """The rule line (size=120), a long choice, an Apprise URL and the permissions chooser,
+    at the widths where the admin's side navigation takes its room or does not."""
+    rule = off_the_loop(
+        lambda: rule_make(line="big: pay arg=amount max USD 500.00 -> gate treasury")
+    )
+    page = admin_logged_in(browsing)
+    page.set_viewport_size(viewport)  # type: ignore[arg-type]
+    for path in (
+        f"/admin/approvals/caprule/{rule.pk}/change/",
+        "/admin/approvals/caprule/add/",
+        "/admin/approvals/agent/add/",
+        "/admin/approvals/budget/add/",
+        "/admin/notifications/notificationchannel/add/",
+        "/admin/auth/group/add/",
+    ):
+        page.goto(path)
+        expect(page.locator("#content-main form")).to_be_visible()
+        assert page.evaluate(FIELDS_PAST_THEIR_ROW_JS) == [], f"{path} at {viewport}"
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

@@ -21,8 +21,6 @@ from capcore.caps import (
     AMOUNT_WRONG_TYPE,
     CURRENCY_MISSING,
     CURRENCY_NOT_LIMITED,
-    KEY_MISSING,
-    KEY_NOT_TEXT,
     CapAssessment,
     CapResult,
     LedgerKey,
@@ -49,6 +47,9 @@ WIRE_CAP = (
     "wire-cap: wire arg=amount.value currency=amount.currency max USD 10000, EUR 9000 -> refuse"
 )
 PER_PAYEE = "per-payee: pay arg=amount sum USD 2000 per 7d by arg=payee.email lower trim -> gate"
+# The reasons name the key's path (from the rule), never its value (from the call).
+PAYEE_MISSING = "the key argument payee.email is missing"
+PAYEE_NOT_TEXT = "the key argument payee.email is not a string"
 REFUNDS = "refunds: refund arg=amount_cents minor max USD 250.00 -> gate"
 METAL = "metal: buy_metal arg=grams max XAU 10.000 exponent=3 -> refuse"
 
@@ -449,7 +450,7 @@ def test_not_assessable_on_one_rule_does_not_stop_another() -> None:
     assert [ledger.rule for ledger in ledgers] == ["plain"]
     result = evaluate_caps(assessments, spent=dict.fromkeys(ledgers, 0))
     assert [(f.rule, f.action.gate) for f in result.findings] == [("by-payee", "p"), ("plain", "q")]
-    assert result.findings[0].message == f"not assessable: {KEY_MISSING}"
+    assert result.findings[0].message == "not assessable: the key argument payee is missing"
     assert [r.ledger.rule for r in result.records] == ["plain"]
 
 
@@ -534,14 +535,14 @@ def test_normalised_key_is_the_digest_of_the_normalised_text() -> None:
 @pytest.mark.parametrize(
     ("payee", "category"),
     [
-        pytest.param("{}", KEY_MISSING, id="missing"),
-        pytest.param('{"Email": "bob@x.com"}', KEY_MISSING, id="case-variant-name"),
-        pytest.param('"bob@x.com"', KEY_MISSING, id="parent-not-object"),
-        pytest.param('{"email": null}', KEY_NOT_TEXT, id="null"),
-        pytest.param('{"email": 42}', KEY_NOT_TEXT, id="number"),
-        pytest.param('{"email": true}', KEY_NOT_TEXT, id="bool"),
-        pytest.param('{"email": ["bob@x.com"]}', KEY_NOT_TEXT, id="array"),
-        pytest.param('{"email": {"a": "b"}}', KEY_NOT_TEXT, id="object"),
+        pytest.param("{}", PAYEE_MISSING, id="missing"),
+        pytest.param('{"Email": "bob@x.com"}', PAYEE_MISSING, id="case-variant-name"),
+        pytest.param('"bob@x.com"', PAYEE_MISSING, id="parent-not-object"),
+        pytest.param('{"email": null}', PAYEE_NOT_TEXT, id="null"),
+        pytest.param('{"email": 42}', PAYEE_NOT_TEXT, id="number"),
+        pytest.param('{"email": true}', PAYEE_NOT_TEXT, id="bool"),
+        pytest.param('{"email": ["bob@x.com"]}', PAYEE_NOT_TEXT, id="array"),
+        pytest.param('{"email": {"a": "b"}}', PAYEE_NOT_TEXT, id="object"),
     ],
 )
 def test_key_not_assessable(payee: str, category: str) -> None:

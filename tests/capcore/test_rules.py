@@ -705,7 +705,7 @@ def test_keywords_are_exact_case_and_exact(line: str, bad: str) -> None:
     ("line", "bad"),
     [
         ("r: pay arg=amount max USD 5 ->gate", "->gate"),
-        ("r: pay arg=amount max USD 5-> gate", "5"),
+        ("r: pay arg=amount max USD 5-> gate", "->"),  # at what follows the amount
         ("r: pay arg=amount max USD5 -> gate", "USD5"),
         ("r: pay arg=amount maxUSD 5 -> gate", "maxUSD"),
         ("r: pay arg=amount max USD 5 -> gate  finance x", " x"),
@@ -720,14 +720,14 @@ def test_missing_blanks_refused(line: str, bad: str) -> None:
     ("limit_text", "bad"),
     [
         ("USD 05", "05"),
-        ("USD 1.", "1."),
+        ("USD 1.", "."),  # the point with no digit after it
         ("USD .5", ".5"),
         ("USD -5", "-5"),
         ("USD +5", "+5"),
-        ("USD 1e3", "1e3"),
-        ("USD 1_000", "1_000"),
+        ("USD 1e3", "e3"),  # the character that ends the amount, not its start
+        ("USD 1_000", "_"),
         ("USD ５", "５"),
-        ("USD 0x10", "0x10"),
+        ("USD 0x10", "x10"),
         ("US 5", "US"),
         ("USDX 5", "USDX"),
         ("U1D 5", "U1D"),
@@ -736,6 +736,26 @@ def test_missing_blanks_refused(line: str, bad: str) -> None:
 def test_money_syntax_refused(limit_text: str, bad: str) -> None:
     line = f"r: pay arg=amount max {limit_text} -> gate"
     assert refused(line).column == col(line, bad)
+
+
+@pytest.mark.parametrize(
+    ("limit_text", "bad", "expected"),
+    [
+        ("USD 500.0O", "O", "a digit or the end of the amount"),
+        ("USD 500x", "x", "a digit, '.' or the end of the amount"),
+        ("USD 12.5.0", ".0", "a digit or the end of the amount"),
+        ("USD 500.", ".", "digits after the decimal point"),
+        ("USD 0500", "0500", "an amount without a leading zero"),
+        ("USD 5:3", ":", "a blank after the amount"),
+        ("XAU 5 exponent=3x", "x ", "a digit or the end of the exponent"),
+    ],
+)
+def test_an_amount_error_points_at_the_character_that_spoils_it(
+    limit_text: str, bad: str, expected: str
+) -> None:
+    line = f"r: pay arg=amount max {limit_text} -> gate"
+    error = refused(line)
+    assert (error.column, error.expected) == (col(line, bad, line.count(bad)), expected)
 
 
 def test_thousands_separator_refused() -> None:
@@ -1310,6 +1330,16 @@ def test_parse_rules_refuses_names_equal_under_casefold(first: str, second: str)
     error = refused_file(text)
     assert (error.line, error.column) == (4, 1)
     assert error.__cause__ is None
+
+
+def test_a_duplicate_name_names_the_line_that_defined_it_first() -> None:
+    text = f"# rules\n{A}\n{B}\n\n{C}\nB: wire arg=x max EUR 2 -> refuse\n"
+    error = refused_file(text)
+    assert (error.line, error.column) == (6, 1)
+    assert str(error) == (
+        "line 6, column 1: expected a rule name not used before "
+        "(already defined on line 3; names match ignoring case)"
+    )
 
 
 def test_parse_rules_duplicate_name_on_indented_line() -> None:

@@ -2,7 +2,9 @@
 stdin, against a live server, for each kind of tool (Bash, Edit, Read, an MCP tool), decided by
 a person at the approver's forms — approved, denied with a comment, expired, given up on,
 stopped by a signal — and failing closed (exit 2, one stderr line) on a lost service, a bad
-token, missing settings and garbage. Then ``install`` over an existing settings file."""
+token, missing settings and garbage. Against a service that dribbles its answers or never
+answers, the hook ends within ``--timeout`` + 15 s and blocks the tool. Then ``install`` over
+an existing settings file."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from countersign import errors
+from countersign import bounded, errors, waiting
 from countersign.integrations import claude_code
+from tests.countersign import slow_service as slow
 from tests.factories import agent_with_token, gate_make, user_make
 from tests.live import Approver, LiveServer, free_port, start_server
 
@@ -328,6 +331,88 @@ def test_garbage_on_stdin_blocks_saying_what_is_wrong(stdin: str, problem: str) 
     assert problem in line
 
 
+# --- one hard deadline, whatever the service does ------------------------------------------
+
+TIMEOUT = 1.0
+# What the promise allows: --timeout and 15 s more, the interpreter's start included.
+HARD_BOUND = TIMEOUT + 15
+NO_ANSWER = bounded.NO_ANSWER.format(seconds=waiting.WITHDRAW_TIMEOUT)
+
+
+def deny_reason(result: tuple[int, str, str]) -> str:
+    code, stdout, stderr = result
+    assert code == 0, stderr
+    decision, reason = decided(stdout)
+    assert decision == "deny"
+    return reason
+
+
+@pytest.mark.parametrize(
+    ("steps", "outcome"),
+    [
+        # No call state, so nothing to cancel: the watchdog ends the run and blocks.
+        ({slow.SUBMIT: "dribble"}, "overran"),
+        ({slow.SUBMIT: "silent"}, "overran"),
+        # The wait ends at --timeout, held long-poll or not, and the cancel goes through.
+        ({slow.WAIT: "dribble"}, "cancelled"),
+        ({slow.WAIT: "silent"}, "cancelled"),
+        # The cancel gets WITHDRAW_TIMEOUT of its own, then the hook denies.
+        ({slow.WAIT: "dribble", slow.CANCEL: "dribble"}, "not cancelled"),
+        ({slow.WAIT: "silent", slow.CANCEL: "silent"}, "not cancelled"),
+    ],
+    ids=[
+        "submit-dribbles",
+        "submit-never-answers",
+        "long-poll-dribbles",
+        "long-poll-never-answers",
+        "cancel-dribbles-too",
+        "cancel-never-answers-either",
+    ],
+)
+def test_a_service_that_dribbles_or_never_answers_blocks_the_tool_within_the_bound(
+    steps: dict[str, slow.Step], outcome: str
+) -> None:
+    with slow.slow_service(steps) as service:
+        began = time.monotonic()
+        result = run_hook(
+            json.dumps(hook_json(BASH)), url=service.url, token=DEFAULT_TOKEN, timeout=TIMEOUT
+        )
+        took = time.monotonic() - began
+    assert took < HARD_BOUND
+    if outcome == "overran":
+        line = blocked(result)
+        seconds = TIMEOUT + claude_code.HARD_MARGIN
+        assert line == "countersign: " + claude_code.OVERRAN.format(seconds=seconds)
+        assert took >= seconds
+    elif outcome == "cancelled":
+        reason = deny_reason(result)
+        assert reason == "Countersign: " + errors.DEADLINE_CANCELLED.format(seconds=TIMEOUT)
+        assert service.asked[-1] == slow.CANCEL
+        assert took < TIMEOUT + waiting.WITHDRAW_TIMEOUT  # by the clock, not a read timeout
+    else:
+        reason = deny_reason(result)
+        assert reason == "Countersign: " + errors.DEADLINE_NOT_CANCELLED.format(
+            seconds=TIMEOUT, detail=NO_ANSWER
+        )
+        assert took >= TIMEOUT + waiting.WITHDRAW_TIMEOUT
+
+
+def test_a_hook_stopped_while_the_cancel_dribbles_blocks_within_the_cancels_bound() -> None:
+    with slow.slow_service({slow.WAIT: "dribble", slow.CANCEL: "dribble"}) as service:
+        hook = start_hook(json.dumps(hook_json(BASH)), url=service.url, token=DEFAULT_TOKEN)
+        deadline = time.monotonic() + WAIT
+        while slow.WAIT not in service.asked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hook.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        line = blocked(finish(hook))
+        took = time.monotonic() - stopped
+    assert line == "countersign: " + claude_code.STOPPED.format(
+        outcome=claude_code.STOPPED_NOT_CANCELLED.format(detail=NO_ANSWER)
+    )
+    assert waiting.WITHDRAW_TIMEOUT <= took < waiting.WITHDRAW_TIMEOUT + 3
+
+
 # --- the decision for a final state ---------------------------------------------------------
 
 
@@ -402,6 +487,7 @@ def test_install_twice_keeps_their_settings_and_leaves_one_entry(tmp_path: Path)
     settings = json.loads(path.read_text())
     assert ours(settings) == [("*", entry)]
     assert entry["timeout"] == 3600 + claude_code.CLAUDE_TIMEOUT_MARGIN  # Claude Code waits
+    assert entry["onFailure"] == "block"  # and blocks the tool if the hook fails to answer
     assert settings["permissions"] == THEIRS["permissions"]
     assert settings["hooks"]["PreToolUse"][0] == THEIRS["hooks"]["PreToolUse"][0]
     assert settings["hooks"]["PostToolUse"] == THEIRS["hooks"]["PostToolUse"]

@@ -13,7 +13,7 @@ from websockets.exceptions import ConnectionClosedError, InvalidMessage, Invalid
 from websockets.frames import Close
 from websockets.http11 import Response
 
-from countersign import errors, waiting
+from countersign import bounded, errors, waiting
 
 
 def closed(code: int) -> ConnectionClosedError:
@@ -127,6 +127,23 @@ def test_a_cancel_that_did_not_go_through_says_the_call_may_still_be_decided() -
         seconds=2.5, detail="ServiceUnavailable"
     )
     assert isinstance(timed_out, TimeoutError)  # for code that already catches one
+
+
+def test_a_cancel_that_got_no_answer_in_time_says_so() -> None:
+    timed_out = waiting.not_cancelled("c-4", seconds=2.5, error=bounded.NoAnswer(5))
+    assert str(timed_out) == errors.DEADLINE_NOT_CANCELLED.format(
+        seconds=2.5, detail="no answer within 5 seconds"
+    )
+
+
+def test_an_abandoned_plan_ends_whatever_still_runs_it() -> None:
+    """A wait given up at its deadline while a request was held: the thread left with it
+    stops at its next look at the time, not at the plan's own deadline."""
+    plan = waiting.WaitPlan(60.0)
+    plan.abandon()
+    with pytest.raises(waiting.DeadlineReached) as raised:
+        plan.pause()
+    assert raised.value.seconds == 60.0
 
 
 def test_the_backoff_grows_with_failures_and_restarts_once_reached() -> None:

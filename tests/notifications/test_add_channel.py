@@ -4,18 +4,27 @@ refused with nothing made."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from approvals.models import AuditEntry
 from notifications.channels import (
+    APPRISE_UNAVAILABLE,
+    BAD_APPRISE_TARGET,
+    BAD_APPRISE_URL,
     BAD_SECRET,
     BAD_WEBHOOK_TARGET,
+    PRIVATE_TARGET,
     SECRET_NOT_WEBHOOK,
+    UNKNOWN_APPRISE_SCHEME,
     UNKNOWN_EVENT,
     UNKNOWN_GATE,
     UNKNOWN_KIND,
+    ChannelInvalid,
+    channel_add,
+    channel_save,
 )
 from notifications.models import NotificationChannel
 from tests.outbox import HOOK, SECRET, holding_agent
@@ -83,3 +92,78 @@ def test_add_channel_refuses_bad_input_and_creates_nothing(
     assert str(refused.value) == message
     assert NotificationChannel.objects.count() == 0
     assert AuditEntry.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("nosuchservice://token/abc", UNKNOWN_APPRISE_SCHEME.format(scheme="nosuchservice")),
+        ("slack://only-one-part", BAD_APPRISE_URL.format(scheme="slack")),
+        ("tgram://notatoken/123", BAD_APPRISE_URL.format(scheme="tgram")),
+        ("dbus://desktop", APPRISE_UNAVAILABLE.format(scheme="dbus")),
+        ("hooks.slack.com/services/x", BAD_APPRISE_TARGET),
+        ("b\u00e4d://x/y", BAD_APPRISE_TARGET),
+    ],
+    ids=[
+        "unknown-scheme",
+        "slack-missing-tokens",
+        "telegram-bad-token",
+        "unavailable",
+        "no-scheme",
+        "not-a-scheme",
+    ],
+)
+def test_an_apprise_target_its_own_parser_refuses_is_refused_when_saved(
+    target: str, message: str
+) -> None:
+    """Refused at once, with the reason, instead of an attempt failing for a day."""
+    with pytest.raises(CommandError) as refused:
+        run("apprise", target)
+    assert str(refused.value) == message
+    assert NotificationChannel.objects.count() == 0
+
+
+def test_apprise_targets_its_parser_takes_are_kept() -> None:
+    for target in (
+        "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7/#approvals",
+        "https://hooks.slack.com/services/T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7",
+        "ntfys://approvals-topic",
+        "json://127.0.0.1:9/hook",
+    ):
+        run("apprise", target)
+    assert NotificationChannel.objects.count() == 4
+
+
+@pytest.mark.parametrize(
+    ("kind", "target", "address"),
+    [
+        ("webhook", "http://127.0.0.1:9/hook", "loopback"),
+        ("webhook", "https://[::1]/hook", "loopback"),
+        ("webhook", "http://localhost/hook", "loopback"),
+        ("webhook", "http://169.254.169.254/latest/meta-data", "link-local"),
+        ("webhook", "http://10.0.0.7/hook", "private"),
+        ("apprise", "json://192.168.1.20/hook", "private"),
+        ("apprise", "ntfy://localhost/approvals", "loopback"),
+    ],
+)
+def test_with_private_targets_off_a_private_target_is_refused_when_saved(
+    settings: Any, kind: str, target: str, address: str
+) -> None:
+    settings.COUNTERSIGN_NOTIFY_PRIVATE_TARGETS = False
+    with pytest.raises(CommandError) as refused:
+        run(kind, target)
+    assert str(refused.value) == PRIVATE_TARGET.format(kind=address)
+    assert NotificationChannel.objects.count() == 0
+    settings.COUNTERSIGN_NOTIFY_PRIVATE_TARGETS = True  # the default: kept
+    run(kind, target)
+    assert NotificationChannel.objects.count() == 1
+
+
+def test_the_service_refuses_to_save_a_channel_changed_into_a_bad_one() -> None:
+    channel = channel_add(kind="apprise", target="json://127.0.0.1:9/hook")
+    channel.target = "nosuchservice://x"
+    with pytest.raises(ChannelInvalid, match="Apprise knows no service nosuchservice://"):
+        channel_save(channel=channel, user=None)
+    channel.refresh_from_db()
+    assert channel.target == "json://127.0.0.1:9/hook"
+    assert AuditEntry.objects.count() == 1  # its creation only

@@ -3,6 +3,7 @@ masked."""
 
 from __future__ import annotations
 
+import html
 from datetime import timedelta
 
 import pytest
@@ -10,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.models import AuditEntry
-from notifications.channels import BAD_WEBHOOK_TARGET
+from notifications.channels import BAD_WEBHOOK_TARGET, UNKNOWN_APPRISE_SCHEME
 from notifications.models import Notification, NotificationChannel
 from tests.factories import user_make
 from tests.outbox import HOOK, held, holding_agent, webhook_channel
@@ -110,3 +111,26 @@ def test_admin_edits_of_a_channel_are_audited_with_the_secret_masked(
         assert channel.secret not in text
         assert "T0KEN" not in text
         assert "also-secret" not in text
+
+
+def test_admin_refuses_an_apprise_target_of_an_unknown_service(admin_client: Client) -> None:
+    response = admin_client.post(
+        "/admin/notifications/notificationchannel/add/",
+        {
+            "name": "chat",
+            "kind": "apprise",
+            "target": "slak://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7",
+            "secret": "",
+            "events": ["call.held"],
+            "gates": "",
+            "enabled": "on",
+        },
+    )
+    assert response.status_code == 200
+    shown = html.escape(UNKNOWN_APPRISE_SCHEME.format(scheme="slak"))
+    assert shown in response.content.decode()
+    assert NotificationChannel.objects.count() == 0
+    channel_entries = AuditEntry.objects.filter(
+        object_type=AuditEntry.ObjectType.NOTIFICATION_CHANNEL
+    )
+    assert not channel_entries.exists()

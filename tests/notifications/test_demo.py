@@ -58,6 +58,14 @@ def test_the_demo_makes_its_channels_once_and_follows_the_servers_port() -> None
     ]
 
 
+def test_where_private_targets_are_refused_the_demo_makes_no_webhook_to_itself(
+    settings: Any,
+) -> None:
+    settings.COUNTERSIGN_NOTIFY_PRIVATE_TARGETS = False
+    demo_ensure(rules_file=RULES, url="http://127.0.0.1:8000")
+    assert list(NotificationChannel.objects.values_list("name", flat=True)) == [DEMO_EMAIL_CHANNEL]
+
+
 def test_without_a_url_the_demo_makes_no_channel() -> None:
     demo_ensure(rules_file=RULES)
     assert not NotificationChannel.objects.exists()

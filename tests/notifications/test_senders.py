@@ -495,7 +495,11 @@ def test_mail_goes_to_the_eligible_approvers_with_both_parts(smtp: Any) -> None:
     assert set(approver_addresses(call)) == may
     sender, _, message = smtp.messages[0]
     assert sender == "countersign@example.test"
-    assert message["subject"] == "[Countersign] Waiting for approval: pay USD 1,250.00 for carol"
+    # The agent's words in quotes (test_literal_text.py); the encoded subject is read back
+    # with a leading space.
+    assert message["subject"].strip() == (
+        "[Countersign] Waiting for approval: \u201cpay\u201d USD 1,250.00 for \u201ccarol\u201d"
+    )
     text, html = parts(message)
     page = f"{PUBLIC}/calls/{call.pk}/"
     for part in (text, html):
@@ -533,10 +537,12 @@ def test_a_decision_mail_says_who_decided(smtp: Any) -> None:
         "ops@example.test",
     ]
     message = smtp.messages[0][2]
-    assert message["subject"] == "[Countersign] Approved by bob: pay USD 1,250.00 for carol"
+    assert message["subject"].strip() == (
+        "[Countersign] Approved by bob: \u201cpay\u201d USD 1,250.00 for \u201ccarol\u201d"
+    )
     text, _ = parts(message)
     assert "Decided by: bob" in text
-    assert "Comment:    ok" in text
+    assert "Comment:    \u201cok\u201d" in text
     assert "Time left" not in text
 
 
@@ -576,7 +582,9 @@ def test_apprise_sends_a_short_message_with_the_facts_and_the_link() -> None:
     assert result == SendResult(ok=True)
     assert got.path == "/chat"
     message = json.loads(got.body)
-    assert message["title"] == "Waiting for approval: pay USD 1,250.00 for carol"
+    assert message["title"] == (
+        "Waiting for approval: \u201cpay\u201d USD 1,250.00 for \u201ccarol\u201d"
+    )
     body = message["message"]
     assert "USD 1,250.00" in body
     assert "payments-bot" in body
@@ -615,5 +623,5 @@ def test_an_expiring_notice_says_the_time_left() -> None:
         ).ok
         [got] = receiver.wait_for(1)
     message = json.loads(got.body)
-    assert message["title"].startswith("Expiring soon: pay")
+    assert message["title"].startswith("Expiring soon: \u201cpay\u201d")
     assert re.search(r"4m \d\ds left", message["message"])

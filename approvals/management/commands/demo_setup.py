@@ -74,8 +74,8 @@ def port_check(*, host: str, port: int) -> None:
 
 class Command(BaseCommand):
     help = (
-        "Create or refresh the demo approvers, admin, agents, rules and gates; print how to use "
-        "them. Stops first if the port of --url is taken."
+        "Create what is missing of the demo (approvers, admin, agents, rules, gates), keeping "
+        "what exists as it is; print how to use them. Stops first if the port of --url is taken."
     )
 
     def add_arguments(self, parser: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 from django.core.management.base import BaseCommand, CommandParser
 
 from approvals.services.rules import (
+    GATE_CREATED,
     RulesFileRefused,
     RulesImported,
     RulesReplaceRefused,
@@ -30,7 +31,8 @@ def _plural(count: int) -> str:
 
 
 def summary_lines(result: RulesImported) -> list[str]:
-    """``created 2 rules: a, b`` and so on, one line per outcome, every outcome shown."""
+    """``created 2 rules: a, b`` and so on, one line per outcome, every outcome shown; then
+    one line per gate the rules named that did not exist (``GATE_CREATED``)."""
     lines = []
     for outcome, names in (
         ("created", result.created),
@@ -40,6 +42,7 @@ def summary_lines(result: RulesImported) -> list[str]:
     ):
         line = f"{outcome} {len(names)} rule{_plural(len(names))}"
         lines.append(f"{line}: {', '.join(names)}" if names else line)
+    lines.extend(GATE_CREATED.format(name=name) for name in result.gates_created)
     return lines
 
 
@@ -48,7 +51,8 @@ class Command(BaseCommand):
         "Create or update cap rules from a rules file (one rule per line; blank lines and "
         "'#' comments skipped). Every line is checked first: on errors, FILE:LINE:COLUMN: "
         "message goes to stderr for every bad line, the exit status is 1 and nothing changes. "
-        "Prints the rules created, updated, unchanged and disabled."
+        "Prints the rules created, updated, unchanged and disabled, and each gate the rules "
+        "named that did not exist yet (created with the defaults: set its group)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -109,7 +109,8 @@ def _hook_parser(hook: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=claude_code.DEFAULT_TIMEOUT,
         metavar="S",
-        help="the longest wait for a decision in seconds; then cancel the call and deny "
+        help="the longest wait for a decision in seconds, from the hook's start; then cancel "
+        "the call and deny. The hook ends within S + 15 s whatever the service does "
         "(default: %(default)g)",
     )
 

@@ -5,10 +5,12 @@ The WebSocket comes first: it brings the decision the moment it is made. A refus
 connection that fails or drops means one long-poll now and the socket again after it. Failures
 to reach the service in a row back off exponentially up to a cap. After every (re)connect the
 service sends the current state first, so a decision made while the client was away is never
-lost. A deadline bounds the whole wait: past it the client cancels the call and raises
-``TimedOut`` (``gave_up`` reads what the cancel answered). A service lost for longer than the
-client's ``reconnect_for`` ends the wait with ``ServiceUnavailable``. What a wait says as it
-begins, and after it withdrew an interrupted call, is written here too.
+lost. A deadline bounds the whole wait by the wall clock, whatever the service does (one that
+dribbles its answers included): past it the client stops waiting, cancels the call within
+``WITHDRAW_TIMEOUT`` and raises ``TimedOut`` (``gave_up`` reads what the cancel answered). A
+service lost for longer than the client's ``reconnect_for`` ends the wait with
+``ServiceUnavailable``. What a wait says as it begins, and after it withdrew an interrupted
+call, is written here too.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from websockets.exceptions import (
     WebSocketException,
 )
 
-from countersign import errors, protocol
+from countersign import bounded, errors, protocol
 
 # The service's default long-poll; a longer one is refused, a shorter one costs requests.
 MAX_POLL_SECONDS = 25
@@ -39,7 +41,8 @@ DEADLINE_RESOLUTION = 0.01
 
 CANCELLED = "cancelled"
 
-# A wait interrupted (Ctrl-C, a cancelled task) withdraws its call; within this long, or not.
+# A wait that ends without a decision (its deadline, Ctrl-C, a cancelled task) withdraws its
+# call within this long, or not: a wait ends by its deadline plus this, whatever the service does.
 WITHDRAW_TIMEOUT = 5.0
 
 # Said once as a wait begins, so that a first run does not look hung.
@@ -135,15 +138,28 @@ class WaitPlan:
         self._started = time.monotonic()
         self._reconnect_for = reconnect_for
         self._last_reached = self._started  # the submit (or the caller) just reached it
+        self._abandoned = False
 
     def time_left(self) -> float | None:
-        """Seconds until the deadline (None: no deadline); ``DeadlineReached`` once it passed."""
+        """Seconds until the deadline (None: no deadline); ``DeadlineReached`` once it passed,
+        or once the wait was abandoned."""
+        if self._abandoned:
+            raise self.overran()
         if self._deadline is None:
             return None
         left = self._deadline - (time.monotonic() - self._started)
         if left <= DEADLINE_RESOLUTION:
-            raise DeadlineReached(self._deadline)
+            raise self.overran()
         return left
+
+    def overran(self) -> DeadlineReached:
+        """What ends a wait past its deadline."""
+        return DeadlineReached(self._deadline or 0.0)
+
+    def abandon(self) -> None:
+        """The waiter stopped waiting (its deadline passed while a request was held, or it was
+        interrupted): whatever still runs this plan ends at its next look at the time."""
+        self._abandoned = True
 
     def open_timeout(self, http_timeout: float) -> float:
         """How long a WebSocket handshake may take: a request's time, and never past the
@@ -193,13 +209,20 @@ def gave_up(state: protocol.CallState, *, seconds: float) -> protocol.CallState:
 
 
 def not_cancelled(
-    call: protocol.CallState | str, *, seconds: float, error: errors.NotApproved
+    call: protocol.CallState | str, *, seconds: float, error: Exception
 ) -> errors.TimedOut:
-    """The ``TimedOut`` of a wait whose cancel at the deadline did not go through (``error``):
-    the call may still be decided."""
-    detail = error.code or type(error).__name__
-    message = errors.DEADLINE_NOT_CANCELLED.format(seconds=seconds, detail=detail)
+    """The ``TimedOut`` of a wait whose cancel at the deadline did not go through (``error``:
+    a ``NotApproved``, or ``bounded.NoAnswer``): the call may still be decided."""
+    message = errors.DEADLINE_NOT_CANCELLED.format(seconds=seconds, detail=failure_detail(error))
     return errors.TimedOut(message, call_id=protocol.call_id(call), cancelled=False)
+
+
+def failure_detail(error: Exception) -> str:
+    """Why a cancel did not go through, in a few words that never repeat the service's text:
+    its error code, the error's kind, or that it did not answer in time."""
+    if isinstance(error, bounded.NoAnswer):
+        return str(error)
+    return getattr(error, "code", "") or type(error).__name__
 
 
 def held_notice(call: protocol.CallState | str, *, page: str) -> str:
@@ -229,5 +252,4 @@ def withdrawn_notice(call: protocol.CallState | str, error: Exception | None) ->
         return WITHDRAWN.format(call_id=call_id)
     if isinstance(error, errors.Conflict):  # decided in the meantime
         return FINAL_ALREADY.format(call_id=call_id)
-    detail = getattr(error, "code", "") or type(error).__name__
-    return NOT_WITHDRAWN.format(call_id=call_id, detail=detail)
+    return NOT_WITHDRAWN.format(call_id=call_id, detail=failure_detail(error))
