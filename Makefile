@@ -11,7 +11,7 @@ PROJECTS := pyproject.toml $(CLIENT)/pyproject.toml
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-stock test-ts lint bench bench-submit bench-decision bench-pages clean
+.PHONY: run test test-stock test-ts lint bench bench-submit bench-decision bench-ts bench-pages clean
 
 # pip quiet: errors still print, and a failing install still fails. The one warning left on a
 # good install is setuptools' "Editable installation" block (folders named like the package may
@@ -77,6 +77,11 @@ bench-submit: $(TEST_STAMP)
 
 bench-decision: $(TEST_STAMP)
 	$(BIN)/python bench/decision_bench.py $(BENCH_ARGS)
+
+# The same decision latency with the agents waiting through the TypeScript client, in Node.
+bench-ts: $(TEST_STAMP)
+	test -d clients/typescript/node_modules || (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error)
+	$(BIN)/python bench/ts_decision_bench.py $(BENCH_ARGS)
 
 bench-pages: $(TEST_STAMP)
 	$(BIN)/python bench/pages_bench.py $(BENCH_ARGS)
