@@ -60,6 +60,9 @@ BAD_PARAMETERS = "A parameter of the request is malformed."
 ALREADY_FINAL = "The call is already final."
 IDEMPOTENCY_CONFLICT = "This Idempotency-Key was used with a different request body."
 RATE_LIMITED = "Too many submissions from this agent; retry after the Retry-After seconds."
+SIMULATE_RATE_LIMITED = (
+    "Too many simulated calls from this agent; retry after the Retry-After seconds."
+)
 LIMITER_UNAVAILABLE = "The rate limit cannot be checked just now; nothing was stored. Retry."
 REQUEST_FAILED = "The request failed."
 

@@ -59,6 +59,21 @@ class CallStateOut(Schema):
     links: dict[str, str]
 
 
+# A simulated call's statuses: a held one has no call, so it is not called pending here.
+HELD = "held"
+SIMULATED_STATUSES = [Call.Status.ALLOWED.value, HELD, Call.Status.REFUSED.value]
+
+
+class SimulationOut(Schema):
+    """What ``POST /calls/simulate`` answers: the verdict a submission would get now."""
+
+    status: Annotated[str, Field(json_schema_extra={"enum": SIMULATED_STATUSES})]
+    reasons: list[dict[str, Any]]
+    gates: list[str]
+    # What shadow rules would have said; always empty until there are shadow rules.
+    shadow: list[dict[str, Any]]
+
+
 class CallListOut(Schema):
     items: list[CallStateOut]
     count: int

@@ -35,6 +35,7 @@ from approvals.api.errors import (
     QUERY_TOO_MANY,
     RATE_LIMITED,
     REQUEST_FAILED,
+    SIMULATE_RATE_LIMITED,
     ApiError,
     Code,
     api_error_of,
@@ -44,10 +45,12 @@ from approvals.api.errors import (
 )
 from approvals.api.openapi import (
     ERRORS,
+    HELD,
     NO_NUL,
     CallListOut,
     CallStateOut,
     ErrorOut,
+    SimulationOut,
     documented,
     submit_body,
     wait_operation,
@@ -59,7 +62,7 @@ from approvals.models import Agent, Call
 from approvals.ops.metrics import RATE_LIMIT_REFUSALS, RateLimitRefusal
 from approvals.querydict import ParameterRepeated, query_value
 from approvals.selectors.calls import call_for_agent, call_state, calls_for_agent
-from approvals.services.calls import IdempotencyConflict, call_submit
+from approvals.services.calls import IdempotencyConflict, call_evaluate_only, call_submit
 from approvals.services.lifecycle import AlreadyFinal, call_cancel
 
 DEFAULT_LIMIT = 50
@@ -152,6 +155,24 @@ def _one(request: HttpRequest, name: str) -> str | None:
         raise query_repeated(name=name) from None
 
 
+def _rate_limit(bucket: str, *, message: str, counted: bool) -> None:
+    """Count one request in the agent's ``bucket`` of the rate limit: ``429`` when over it,
+    ``503`` when it cannot be read. ``counted``: the refusal is a submission's, for the
+    metric."""
+    limiter = submission_limiter()
+    try:
+        retry_after = None if limiter is None else limiter.hit(bucket)
+    except LimiterUnavailable as error:
+        if counted:
+            RATE_LIMIT_REFUSALS.labels(RateLimitRefusal.LIMITER_UNAVAILABLE).inc()
+        # Fail-closed: an uncounted request could be one over the limit.
+        raise api_error_of(error, message=LIMITER_UNAVAILABLE) from None
+    if retry_after is not None:
+        if counted:
+            RATE_LIMIT_REFUSALS.labels(RateLimitRefusal.OVER_LIMIT).inc()
+        raise ApiError(429, Code.RATE_LIMITED, message, retry_after=retry_after)
+
+
 def _bounded_int(request: HttpRequest, name: str, default: int, low: int, high: int) -> int:
     raw = _one(request, name)
     if raw is None:
@@ -180,16 +201,7 @@ def _bounded_int(request: HttpRequest, name: str, default: int, low: int, high: 
 )
 def calls_submit(request: HttpRequest) -> HttpResponse:
     agent = _agent(request)
-    limiter = submission_limiter()
-    try:
-        retry_after = None if limiter is None else limiter.hit(f"agent:{agent.pk}")
-    except LimiterUnavailable as error:
-        RATE_LIMIT_REFUSALS.labels(RateLimitRefusal.LIMITER_UNAVAILABLE).inc()
-        # Fail-closed: an uncounted submission could be one over the limit.
-        raise api_error_of(error, message=LIMITER_UNAVAILABLE) from None
-    if retry_after is not None:
-        RATE_LIMIT_REFUSALS.labels(RateLimitRefusal.OVER_LIMIT).inc()
-        raise ApiError(429, Code.RATE_LIMITED, RATE_LIMITED, retry_after=retry_after)
+    _rate_limit(f"agent:{agent.pk}", message=RATE_LIMITED, counted=True)
     submission = submission_parse(
         agent=agent, body=request.body, idempotency_key=request.headers.get("Idempotency-Key")
     )
@@ -206,6 +218,40 @@ def calls_submit(request: HttpRequest) -> HttpResponse:
     replayed = call_for_agent(agent=agent, call_id=call.pk)
     assert replayed is not None
     return JsonResponse(call_state(replayed), status=200)
+
+
+# Registered before "/calls/{call_id}", whose pattern would take "simulate" for an id.
+@api.post(
+    "/calls/simulate",
+    summary="The verdict a call would get now, recording nothing",
+    **documented(
+        {
+            200: (SimulationOut, "The verdict"),
+            429: (ErrorOut, "Rate limited; see Retry-After"),
+            503: (ErrorOut, "The rate limit cannot be checked; retry"),
+            **{status: answer for status, answer in ERRORS.items() if status != 404},
+        },
+        requestBody=submit_body(),
+    ),
+)
+def calls_simulate(request: HttpRequest) -> HttpResponse:
+    agent = _agent(request)
+    # A bucket of its own: simulating never spends the agent's submissions, and a loop of
+    # simulations (each a full evaluation) is limited as submissions are.
+    _rate_limit(f"simulate:{agent.pk}", message=SIMULATE_RATE_LIMITED, counted=False)
+    # Read and refused exactly as a submission; its Idempotency-Key is checked, then unused.
+    submission = submission_parse(
+        agent=agent, body=request.body, idempotency_key=request.headers.get("Idempotency-Key")
+    )
+    verdict = call_evaluate_only(agent=agent, submission=submission).verdict
+    return JsonResponse(
+        {
+            "status": HELD if verdict.status is capcore.Status.PENDING else verdict.status.value,
+            "reasons": [finding.as_reason() for finding in verdict.reasons],
+            "gates": list(verdict.gates),
+            "shadow": [],  # no rule is a shadow rule yet
+        }
+    )
 
 
 @api.get(

@@ -6,12 +6,13 @@ import dataclasses
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
-from django.db import IntegrityError
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 import capcore
@@ -278,22 +279,35 @@ def _evaluation(
     return evaluation
 
 
+def _counter_read(
+    agent: Agent, budget: capcore.Budget | None, run_id: str, now: datetime
+) -> tuple[RunCounter | None, int]:
+    """The counter a call in run ``run_id`` is counted in now (its run's, or the day's) and
+    its cost in the budget's currency, read without counting anything; None when there is
+    none yet."""
+    scope = budget.scope if budget is not None else capcore.BudgetScope.RUN
+    key = run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
+    counter = RunCounter.objects.filter(agent=agent, scope=scope.value, key=key).first()
+    if counter is None:
+        return None, 0
+    cost = 0
+    if budget is not None and budget.cost_currency is not None:
+        costs = RunCost.objects.filter(counter=counter, currency=budget.cost_currency)
+        cost = costs.values_list("amount", flat=True).first() or 0
+    return counter, cost
+
+
 def _counters_standing(
     agent: Agent, budget: capcore.Budget | None, call: Call, now: datetime
 ) -> capcore.RunCounters:
     """The counters a new submission in ``call``'s run would see now, read without counting
     anything, less ``call`` itself where they count it: it is the call being evaluated
     again, counted (with its usage) once, when it was submitted."""
-    scope = budget.scope if budget is not None else capcore.BudgetScope.RUN
-    key = call.run_id if scope is capcore.BudgetScope.RUN else now.date().isoformat()
-    counter = RunCounter.objects.filter(agent=agent, scope=scope.value, key=key).first()
+    counter, cost = _counter_read(agent, budget, call.run_id, now)
     if counter is None:
         return capcore.RunCounters()
-    cost = 0
-    if budget is not None and budget.cost_currency is not None:
-        costs = RunCost.objects.filter(counter=counter, currency=budget.cost_currency)
-        cost = costs.values_list("amount", flat=True).first() or 0
-    counted_here = scope is capcore.BudgetScope.RUN or call.created_at.date() == now.date()
+    run_scoped = budget is None or budget.scope is capcore.BudgetScope.RUN
+    counted_here = run_scoped or call.created_at.date() == now.date()
     calls_before = max(counter.calls - counted_here, 0)
     return capcore.RunCounters(
         calls_before, counter.tokens, cost, counter.started_at if calls_before else None
@@ -356,17 +370,65 @@ def call_sums_recheck(
     return evaluation, ledgers
 
 
-def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
-    # First: whatever is read after it is at least this new (the policy, the channels).
-    stamp = policy_stamp_read()
-    policy = policy_at_stamp(agent=agent, stamp=stamp)
-    request = capcore.CallRequest(
+def _request_of(submission: Submission) -> capcore.CallRequest:
+    return capcore.CallRequest(
         tool=submission.tool,
         arguments_text=submission.arguments,
         principal=submission.principal,
         run_id=submission.run_id,
         usage=submission.usage,
     )
+
+
+@contextmanager
+def _rolled_back() -> Iterator[None]:
+    """A transaction rolled back whatever happens in it, so that a read can never leave a
+    row behind; on SQLite, outside a transaction, none: there every transaction takes the
+    write lock at its start (``IMMEDIATE``), which a read has no reason to wait for or hold."""
+    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        try:
+            yield
+        finally:
+            transaction.set_rollback(True)
+
+
+def call_evaluate_only(
+    *, agent: Agent, submission: Submission, now: datetime | None = None
+) -> capcore.Evaluation:
+    """What ``call_submit`` would decide of ``submission`` now — the same policy, mode, run
+    counters and ledger totals (recorded plus reserved) — recording nothing: the call is not
+    counted, no ledger is created or locked, and its idempotency key is not looked at
+    (nothing is stored that a replay could return)."""
+    with _rolled_back():
+        stamp = policy_stamp_read()
+        policy = policy_at_stamp(agent=agent, stamp=stamp)
+        request = _request_of(submission)
+        keys = capcore.ledgers_of_call(request, policy.cap_rules)
+        wanted = {ledger_identity(key): key for key in keys}
+        found = ledgers_by_identity(identities=sorted(wanted))
+        ledgers = {
+            wanted[(ledger.rule, ledger.currency, ledger.key_digest)]: ledger for ledger in found
+        }
+        now = now or timezone.now()
+        counter, cost = _counter_read(agent, policy.budget, submission.run_id, now)
+        counters = capcore.RunCounters()
+        if counter is not None:  # as ``_counted`` reads them, before this call's count
+            started_at = counter.started_at if counter.calls else None
+            counters = capcore.RunCounters(counter.calls, counter.tokens, cost, started_at)
+        spent = _spent(ledgers, policy.windows, now)
+        # A ledger no call has touched yet holds nothing: what its first call finds in it.
+        spent = {key: spent.get(key, 0) for key in keys}
+        return _evaluation(agent, policy, request, counters, spent, now)
+
+
+def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime | None) -> Call:
+    # First: whatever is read after it is at least this new (the policy, the channels).
+    stamp = policy_stamp_read()
+    policy = policy_at_stamp(agent=agent, stamp=stamp)
+    request = _request_of(submission)
     ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
     # Read the clock only once the locks are held: a time taken before waiting for them
     # would be older than the entries recorded meanwhile.

@@ -114,6 +114,7 @@ def test_the_api_keeps_its_openapi_document(transactional_db: None) -> None:
     operations = {name.split(" ")[0] + " " + name.split(" ")[1] for name in cases}
     assert operations == {
         "POST /api/v1/calls",
+        "POST /api/v1/calls/simulate",
         "GET /api/v1/calls",
         "GET /api/v1/calls/{call_id}",
         "POST /api/v1/calls/{call_id}/cancel",
