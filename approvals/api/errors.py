@@ -46,6 +46,7 @@ class Code(StrEnum):
 UNAUTHENTICATED = "A valid bearer token is required."
 AGENT_DISABLED = "This agent is disabled."
 NOT_FOUND = "No such call."
+SERVER_STOPPING = "The server is stopping; wait again."
 NO_SUCH_ENDPOINT = "No such endpoint."
 METHOD_NOT_ALLOWED = "This method is not allowed here."
 # The parameter's name and what it may be, both ours: never the value that was sent. The

@@ -26,6 +26,8 @@ from approvals.api.errors import (
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
     QUERY_RANGE,
+    SERVER_STOPPING,
+    UNAVAILABLE_RETRY_AFTER,
     ApiError,
     Code,
     query_refusal,
@@ -70,7 +72,9 @@ def _timeout(scope: Scope) -> int:
 
 async def _wait(found: Bearer, call_id: uuid.UUID, timeout: int, receive: Receive) -> State:
     """The call's state once it is final, or as it is after ``timeout`` seconds. Cancelled
-    if the client goes away first: outside Django's handler nobody else notices."""
+    if the client goes away first: outside Django's handler nobody else notices. Cancelled
+    by the server instead (it is stopping, past its graceful shutdown), raises ``503``: the
+    agent waits again, here once the server is back or on another worker."""
     waiting = asyncio.current_task()
     assert waiting is not None
     gone = asyncio.ensure_future(_until_disconnect(receive))
@@ -103,6 +107,12 @@ async def _wait(found: Bearer, call_id: uuid.UUID, timeout: int, receive: Receiv
             except TimeoutError:
                 state = await waiter.read() or state
         return state
+    except asyncio.CancelledError:
+        if gone.done():
+            raise  # the client went away: nobody to answer
+        raise ApiError(
+            503, Code.UNAVAILABLE, SERVER_STOPPING, retry_after=UNAVAILABLE_RETRY_AFTER
+        ) from None
     finally:
         gone.remove_done_callback(cancel_waiting)
         gone.cancel()

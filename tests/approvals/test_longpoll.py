@@ -178,6 +178,30 @@ async def test_a_client_that_goes_away_ends_the_wait() -> None:
     assert await communicator.receive_nothing(timeout=0.1)
 
 
+async def test_a_wait_the_stopping_server_cancels_is_answered_503_to_wait_again() -> None:
+    """Past its graceful shutdown the server cancels what still runs: the long-poll answers
+    ``503`` with Retry-After (the clients wait again), not the server's bare ``500``."""
+    call = await sync_to_async(_held_call)()
+    communicator = ApplicationCommunicator(  # type: ignore[no-untyped-call]
+        application,
+        {
+            "type": "http",
+            "method": "GET",
+            "path": f"/api/v1/calls/{call.pk}/wait",
+            "query_string": b"timeout=30",
+            "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
+        },
+    )
+    await communicator.send_input({"type": "http.request", "body": b""})
+    await asyncio.sleep(0.3)
+    communicator.future.cancel()  # as uvicorn does to the requests still running
+    start = await communicator.receive_output(timeout=PROMPTLY)
+    body = await communicator.receive_output(timeout=PROMPTLY)
+    assert start["status"] == 503
+    assert (b"retry-after", b"1") in start["headers"]
+    assert json.loads(body["body"])["error"]["code"] == "unavailable"
+
+
 class _BrokenLayer:
     """A channel layer whose server has gone away."""
 
