@@ -150,12 +150,16 @@ def test_runserver_with_the_reloader_starts_and_restarts_on_a_change(tmp_path: P
         assert "restarted when the code changes" in log.read_text()
         first = STARTED.findall(log.read_text())
         assert len(first) == 1
-        later = time.time() + 5
-        os.utime(module, (later, later))
         deadline = time.monotonic() + START_SECONDS
+        touches = 0
         while time.monotonic() < deadline and len(STARTED.findall(log.read_text())) < 2:
-            time.sleep(0.2)
+            # Changed again each second: the reloader compares each file's time with the one
+            # it first saw, which a loaded machine may read only after a first change.
+            touches += 1
+            later = time.time() + 5 + touches
+            os.utime(module, (later, later))
+            time.sleep(1.0)
         started = STARTED.findall(log.read_text())
-        assert len(started) == 2, log.read_text()[-3000:]
+        assert len(started) >= 2, log.read_text()[-3000:]
         assert started[1] != started[0]  # a new process: the reloader started it again
         _serving(server.url, server.process, log)
