@@ -155,6 +155,15 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
+def latency_summary(seconds: list[float]) -> dict[str, float]:
+    """How many, and the p50 and p99 in milliseconds, of latencies given in seconds."""
+    return {
+        "count": len(seconds),
+        "p50_ms": percentile(seconds, 0.5) * 1e3,
+        "p99_ms": percentile(seconds, 0.99) * 1e3,
+    }
+
+
 def median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
     """Each figure's median over the rounds."""
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}

@@ -42,7 +42,16 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import AGENT_SETUP, BenchServer, database, manage, on_sent, percentile, server
+from _server import (
+    AGENT_SETUP,
+    BenchServer,
+    database,
+    latency_summary,
+    manage,
+    on_sent,
+    percentile,
+    server,
+)
 
 ARGUMENTS = '{"amount": "600.00"}'
 SETUP = (
@@ -276,12 +285,7 @@ async def _run(
     latency = {call_id: done[call_id] - sent[call_id] for call_id in call_ids}
 
     def summary(ids: list[str]) -> dict[str, float]:
-        values = [latency[i] for i in ids]
-        return {
-            "count": len(values),
-            "p50_ms": percentile(values, 0.5) * 1e3,
-            "p99_ms": percentile(values, 0.99) * 1e3,
-        }
+        return latency_summary([latency[i] for i in ids])
 
     return {
         "while_waiting": parked,

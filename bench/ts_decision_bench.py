@@ -36,7 +36,16 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import AGENT_SETUP, ROOT, BenchServer, database, manage, on_sent, percentile, server
+from _server import (
+    AGENT_SETUP,
+    ROOT,
+    BenchServer,
+    database,
+    latency_summary,
+    manage,
+    on_sent,
+    server,
+)
 from decision_bench import ARGUMENTS, DIGEST, SETUP, _login, _proc_status
 
 TYPESCRIPT = ROOT / "clients" / "typescript"
@@ -184,12 +193,7 @@ async def _run(waiting: BenchServer, call_ids: list[str]) -> dict[str, Any]:
     latency = {call_id: resolved[call_id] - sent[call_id] for call_id in call_ids}
 
     def summary(ids: list[str]) -> dict[str, float]:
-        values = [latency[i] for i in ids]
-        return {
-            "count": len(values),
-            "p50_ms": percentile(values, 0.5) * 1e3,
-            "p99_ms": percentile(values, 0.99) * 1e3,
-        }
+        return latency_summary([latency[i] for i in ids])
 
     return {
         "while_waiting": parked,
