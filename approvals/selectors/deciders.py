@@ -72,6 +72,13 @@ def decidable_filter(*, user: User, closed: tuple[str, ...]) -> Q:
     return decidable
 
 
+def decidable_value(*, user: User, closed: tuple[str, ...]) -> ExpressionWrapper[Q]:
+    """``decidable_filter`` as a value on each call row: whether ``user`` may decide it."""
+    return ExpressionWrapper(
+        decidable_filter(user=user, closed=closed), output_field=BooleanField()
+    )
+
+
 def calls_decidable(*, user: User) -> QuerySet[Call]:
     """The calls ``user`` may decide, whatever their status."""
     if not _may_decide_any(user):

@@ -49,7 +49,7 @@ from approvals.services.statements import (
 )
 from capcore.caps import assess_caps
 from config.runtime.sqlite_writers import write_transaction
-from notifications.outbox import notifications_enqueue
+from notifications.outbox import STAMP_UNREAD, notifications_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -170,11 +170,17 @@ def cap_rules_held_for(findings: Iterable[capcore.Finding]) -> frozenset[str]:
 
 
 def call_end(
-    *, call: Call, status: Call.Status, comment: str, now: datetime, user: User | None = None
+    *,
+    call: Call,
+    status: Call.Status,
+    comment: str,
+    now: datetime,
+    user: User | None = None,
+    stamp: object = STAMP_UNREAD,
 ) -> None:
     """Make a call final and release what it reserves (the caller holds its row's lock, has
     checked it is pending, and has recorded its amounts and set its receipt if it is
-    approved)."""
+    approved). ``stamp``: the policy stamp, when the caller read it in this transaction."""
     ledger_reservations_release(call_id=call.pk)
     call.status = status
     call.decided_at = now
@@ -184,7 +190,7 @@ def call_end(
     fields = ["status", "decided_at", "decided_by", "decision_comment", "updated_at"]
     call.save(update_fields=[*fields, "receipt"] if call.receipt else fields)
     metrics.call_decided(call)
-    notifications_enqueue(call=call, now=now)
+    notifications_enqueue(call=call, now=now, stamp=stamp)
 
 
 def records_to_json(records: Sequence[capcore.LedgerRecord]) -> list[dict[str, object]]:
@@ -337,14 +343,14 @@ def call_evaluate_again(
 
 
 def call_sums_recheck(
-    *, call: Call, now: datetime
+    *, call: Call, now: datetime, stamp: int | None
 ) -> tuple[capcore.Evaluation, dict[capcore.LedgerKey, Ledger]]:
     """A held call's ``sum`` rules as they are now, checked again under its ledgers' locks
     once its quorum is met (``capcore.recheck_sums``); the ledgers are returned locked, for
     recording or reserving. When nothing is newly over, the evaluation's ``caps`` are what
-    every cap rule reads of the call, for its receipt. Runs in the caller's transaction."""
-    agent = call.agent
-    policy = policy_for_agent(agent=agent)
+    every cap rule reads of the call, for its receipt. Runs in the caller's transaction, which
+    read the policy stamp (``stamp``) after it locked the call."""
+    policy = policy_at_stamp(agent=call.agent, stamp=stamp)
     request = capcore.CallRequest(
         tool=call.tool, arguments_text=call.arguments, principal=call.principal, run_id=call.run_id
     )

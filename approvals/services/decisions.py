@@ -23,20 +23,24 @@ from approvals.models import Approval, AuditEntry, Call, Ledger, PermissionRule
 from approvals.realtime.pushes import notify_call, pushes_together
 from approvals.receipts.issue import receipt_issue
 from approvals.selectors.calls import call_findings
-from approvals.selectors.deciders import calls_decidable, required_approvals
-from approvals.selectors.gates import gates_required_approvals
+from approvals.selectors.deciders import (
+    calls_decidable,
+    decidable_value,
+    gates_for_user,
+    required_approvals,
+)
 from approvals.services.audit import audit_deferred, audit_entries_record, audit_entry
 from approvals.services.calls import (
     CallNotFound,
     call_end,
     call_evaluate_again,
-    call_lock,
     call_sums_recheck,
     cap_rules_held_for,
     ledger_record,
     records_to_json,
 )
 from approvals.services.ledgers import ledger_reservations_release, ledger_reserve
+from approvals.services.statements import policy_stamp_read
 from capcore.permissions import held_by_mode_only
 from config.runtime.sqlite_writers import write_transaction
 from notifications.outbox import notifications_enqueue
@@ -94,17 +98,39 @@ def user_may_decide(*, user: User, call: Call) -> bool:
     return calls_decidable(user=user).filter(pk=call.pk).exists()
 
 
-def _required_approvals(call: Call) -> int:
-    return required_approvals(call.gates, gates_required_approvals(names=call.gates))
+@dataclass(frozen=True, slots=True)
+class _Deciding:
+    """A call locked for a decision by ``user``: whether they may decide it as stored, and
+    every gate's required approvals."""
+
+    call: Call
+    may_decide: bool
+    required: dict[str, int]
 
 
-def _quorum_met(call: Call, approvals: Sequence[Approval]) -> bool:
-    """Whether every gate the call is held at has its required approvals, each approval
+def _call_lock_deciding(*, call_id: uuid.UUID, user: User) -> _Deciding | None:
+    """The call locked with its agent, and who-may-decide answered in the same statement
+    (``deciders.decidable_value``). The gates are read just before: a gate change committed
+    while the decision waits for the call's lock is ordered after the decision."""
+    required, closed = gates_for_user(user=user)
+    found = (
+        Call.objects.select_for_update(of=("self",))
+        .select_related("agent")
+        .annotate(may_decide=decidable_value(user=user, closed=closed))
+        .filter(pk=call_id)
+        .first()
+    )
+    if found is None:
+        return None
+    return _Deciding(call=found, may_decide=bool(found.may_decide), required=required)
+
+
+def _quorum_met(call: Call, approvals: Sequence[Approval], required: dict[str, int]) -> bool:
+    """Whether every gate the call is held at has its ``required`` approvals, each approval
     counting at the gates the call was held at when it was given (``Approval.gates``)."""
     given = [a for a in approvals if a.approve and a.voided_at is None]
     if not call.gates:
         return bool(given)
-    required = gates_required_approvals(names=call.gates)
     return all(sum(gate in a.gates for a in given) >= required.get(gate, 1) for gate in call.gates)
 
 
@@ -121,10 +147,9 @@ class Decided:
     outcome: str
 
 
-def _approval_recorded(given: int, gates: list[str]) -> str:
+def _approval_recorded(given: int, gates: list[str], required: dict[str, int]) -> str:
     """``approval recorded (1 of 2)``: ``given`` approvals counted at ``gates``."""
-    required = required_approvals(gates, gates_required_approvals(names=gates))
-    return APPROVAL_RECORDED.format(given=given, required=required)
+    return APPROVAL_RECORDED.format(given=given, required=required_approvals(gates, required))
 
 
 def _decision_entry(
@@ -227,6 +252,7 @@ def _call_approve(
     comment: str,
     scope: str,
     now: datetime,
+    stamp: int | None,
 ) -> list[AuditEntry]:
     """The quorum met: the amounts in the ledgers (its reservations become entries), the
     standing rule an ``always`` scope asks for, and the call approved with its receipt,
@@ -241,7 +267,9 @@ def _call_approve(
         assessments=evaluation.caps,
         now=now,
     )
-    call_end(call=call, status=Call.Status.APPROVED, comment=comment, now=now, user=user)
+    call_end(
+        call=call, status=Call.Status.APPROVED, comment=comment, now=now, user=user, stamp=stamp
+    )
     return entries
 
 
@@ -252,6 +280,7 @@ def _hold_again(
     ledgers: dict[capcore.LedgerKey, Ledger],
     approvals: Sequence[Approval],
     now: datetime,
+    stamp: int | None,
 ) -> AuditEntry:
     """The re-check found rules newly over that hold: the call stays pending at their gates
     too. The approvals given so far keep counting at their gates, but not at these, whose
@@ -279,7 +308,7 @@ def _hold_again(
         held_for=cap_rules_held_for(call_findings(call)),
         now=now,
     )
-    notifications_enqueue(call=call, now=now)
+    notifications_enqueue(call=call, now=now, stamp=stamp)
     return audit_entry(
         action=AuditEntry.Action.CALL_PENDING,
         obj=call,
@@ -291,13 +320,15 @@ def _hold_again(
     )
 
 
-def _refuse_at_recheck(*, call: Call, verdict: capcore.Verdict, now: datetime) -> AuditEntry:
+def _refuse_at_recheck(
+    *, call: Call, verdict: capcore.Verdict, now: datetime, stamp: int | None
+) -> AuditEntry:
     """The re-check found a rule newly over that refuses (or could not decide): the call is
     refused, its reservations released."""
     call.reasons = [*call.reasons, *(f.as_reason() for f in verdict.reasons)]
     call.save(update_fields=["reasons"])
     comment = RECHECK_REFUSED.format(rules=_rule_names(verdict.reasons))
-    call_end(call=call, status=Call.Status.REFUSED, comment=comment, now=now)
+    call_end(call=call, status=Call.Status.REFUSED, comment=comment, now=now, stamp=stamp)
     return audit_entry(action=AuditEntry.Action.CALL_REFUSED, obj=call, after=comment, at=now)
 
 
@@ -309,11 +340,12 @@ def _approve_rechecked(
     comment: str,
     scope: str,
     now: datetime,
+    stamp: int | None,
 ) -> tuple[list[AuditEntry], list[AuditEntry]]:
     """The quorum met: the call's sums checked again under their ledgers' locks. Nothing
     newly over: approved. A rule newly over: held at its gate too, or refused. The audit
     entries to write before the approver's own, and after it."""
-    recheck, ledgers = call_sums_recheck(call=call, now=now)
+    recheck, ledgers = call_sums_recheck(call=call, now=now, stamp=stamp)
     verdict = recheck.verdict
     if verdict.status is capcore.Status.ALLOWED:
         before = _call_approve(
@@ -325,14 +357,15 @@ def _approve_rechecked(
             comment=comment,
             scope=scope,
             now=now,
+            stamp=stamp,
         )
         return before, []
     if verdict.status is capcore.Status.PENDING:
         held = _hold_again(
-            call=call, recheck=recheck, ledgers=ledgers, approvals=approvals, now=now
+            call=call, recheck=recheck, ledgers=ledgers, approvals=approvals, now=now, stamp=stamp
         )
         return [], [held]
-    return [], [_refuse_at_recheck(call=call, verdict=verdict, now=now)]
+    return [], [_refuse_at_recheck(call=call, verdict=verdict, now=now, stamp=stamp)]
 
 
 @write_transaction()
@@ -380,11 +413,14 @@ def _decide(
 ) -> Decided:
     """``call_decide``'s work in the caller's transaction, with what became of the call."""
     clock = now
-    call = call_lock(call_id=call_id)
-    if call is None:
+    deciding = _call_lock_deciding(call_id=call_id, user=user)
+    if deciding is None:
         raise CallNotFound
-    if not user_may_decide(user=user, call=call):
+    if not deciding.may_decide:
         raise NotEligible
+    call, required = deciding.call, deciding.required
+    # Read after the lock, once: for the re-check's policy and the notifications written.
+    stamp = policy_stamp_read()
     edit = arguments if approve and arguments != call.arguments else None
     if scope not in Approval.Scope.values or (
         edit is None
@@ -416,7 +452,14 @@ def _decide(
         raise DecisionConflict(Conflict.SECOND.value)
     if edit is not None:
         return _edit_and_approve(
-            call=call, user=user, arguments=edit, comment=comment, scope=scope, clock=clock
+            call=call,
+            user=user,
+            arguments=edit,
+            comment=comment,
+            scope=scope,
+            clock=clock,
+            required=required,
+            stamp=stamp,
         )
     approvals.append(
         _approval_add(call=call, user=user, approve=approve, comment=comment, scope=scope, now=now)
@@ -433,16 +476,23 @@ def _decide(
             comment=comment or DEFAULT_DENY_COMMENT,
             now=now,
             user=user,
+            stamp=stamp,
         )
-    elif _quorum_met(call, approvals):
+    elif _quorum_met(call, approvals, required):
         entries, after = _approve_rechecked(
-            call=call, approvals=approvals, user=user, comment=comment, scope=scope, now=now
+            call=call,
+            approvals=approvals,
+            user=user,
+            comment=comment,
+            scope=scope,
+            now=now,
+            stamp=stamp,
         )
     else:
         call.updated_at = now
         call.save(update_fields=["updated_at"])
     ended = not approve or call.status == Call.Status.APPROVED
-    recorded = "" if ended else _approval_recorded(given, held_at)
+    recorded = "" if ended else _approval_recorded(given, held_at, required)
     entries.append(
         _decision_entry(
             call=call, user=user, approve=approve, comment=comment, recorded=recorded, now=now
@@ -454,7 +504,15 @@ def _decide(
 
 
 def _edit_and_approve(
-    *, call: Call, user: User, arguments: str, comment: str, scope: str, clock: datetime | None
+    *,
+    call: Call,
+    user: User,
+    arguments: str,
+    comment: str,
+    scope: str,
+    clock: datetime | None,
+    required: dict[str, int],
+    stamp: int | None,
 ) -> Decided:
     """The edit of a pending call's arguments, and the editor's approval of the edited call
     (the caller holds the call's lock and has checked the rest of the decision).
@@ -522,7 +580,7 @@ def _edit_and_approve(
             at=now,
         )
     ]
-    if verdict.status is capcore.Status.ALLOWED or _required_approvals(call) <= 1:
+    if verdict.status is capcore.Status.ALLOWED or required_approvals(call.gates, required) <= 1:
         entries += _call_approve(
             call=call,
             evaluation=evaluation,
@@ -532,6 +590,7 @@ def _edit_and_approve(
             comment=comment,
             scope=scope,
             now=now,
+            stamp=stamp,
         )
     else:  # still held: its reservations as the edited call stands
         ledger_reservations_release(call_id=call.pk)
@@ -543,7 +602,9 @@ def _edit_and_approve(
             now=now,
         )
     # Still held (a quorum of more than one): the editor's is the first approval of the edit.
-    recorded = "" if call.status == Call.Status.APPROVED else _approval_recorded(1, call.gates)
+    recorded = (
+        "" if call.status == Call.Status.APPROVED else _approval_recorded(1, call.gates, required)
+    )
     entries.append(
         _decision_entry(
             call=call, user=user, approve=True, comment=comment, recorded=recorded, now=now
