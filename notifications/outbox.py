@@ -83,8 +83,7 @@ def channel_routes(*, stamp: int | None) -> tuple[ChannelRoute, ...]:
 
 # --- Writing messages ------------------------------------------------------------------------
 
-# A caller that has not read the policy stamp in this transaction: the writer reads it.
-STAMP_UNREAD = object()
+_UNREAD = object()
 
 
 def call_url(call: Call) -> str:
@@ -111,7 +110,7 @@ def notifications_enqueue(
     *,
     call: Call,
     now: datetime,
-    stamp: object = STAMP_UNREAD,
+    stamp: object = _UNREAD,
     approvals: Iterable[Approval] | None = None,
 ) -> int:
     """Write the messages of the status ``call`` has just taken (held, decided, expired,
@@ -126,14 +125,14 @@ def _event_enqueue(
     call: Call,
     event: str,
     now: datetime,
-    stamp: object = STAMP_UNREAD,
+    stamp: object = _UNREAD,
     approvals: Iterable[Approval] | None = None,
 ) -> int:
     """Write the messages of ``event`` on ``call`` for every enabled channel that takes it,
     in the caller's transaction; wake this process's delivery loop once it commits. The
     caller that has read the policy stamp in this transaction passes it (``stamp``).
     Returns how many were written."""
-    read = policy_stamp_read() if stamp is STAMP_UNREAD else stamp
+    read = policy_stamp_read() if stamp is _UNREAD else stamp
     assert read is None or isinstance(read, int)
     routes = channel_routes(stamp=read)
     if not routes:

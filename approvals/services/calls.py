@@ -49,7 +49,7 @@ from approvals.services.statements import (
 )
 from capcore.caps import assess_caps
 from config.runtime.sqlite_writers import write_transaction
-from notifications.outbox import STAMP_UNREAD, notifications_enqueue
+from notifications.outbox import notifications_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -175,12 +175,13 @@ def call_end(
     status: Call.Status,
     comment: str,
     now: datetime,
+    stamp: int | None,
     user: User | None = None,
-    stamp: object = STAMP_UNREAD,
 ) -> None:
     """Make a call final and release what it reserves (the caller holds its row's lock, has
     checked it is pending, and has recorded its amounts and set its receipt if it is
-    approved). ``stamp``: the policy stamp, when the caller read it in this transaction."""
+    approved). ``stamp``: the policy stamp the caller read in this transaction, after the
+    lock, for the notifications written."""
     ledger_reservations_release(call_id=call.pk)
     call.status = status
     call.decided_at = now

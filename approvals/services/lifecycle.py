@@ -17,6 +17,7 @@ from approvals.selectors.gates import hold_seconds
 from approvals.services.audit import audit_deferred, audit_record
 from approvals.services.calls import CallNotFound, call_end, call_lock
 from approvals.services.ledgers import ledger_reservations_release
+from approvals.services.statements import policy_stamp_read
 from config.runtime.sqlite_writers import write_transaction
 from notifications.outbox import notifications_enqueue
 
@@ -29,7 +30,7 @@ class AlreadyFinal(Conflict):
 
 
 def _end(call: Call, status: Call.Status, comment: str, now: datetime, agent: Agent | None) -> None:
-    call_end(call=call, status=status, comment=comment, now=now)
+    call_end(call=call, status=status, comment=comment, now=now, stamp=policy_stamp_read())
     audit_record(action=AuditEntry.Action.call(status), obj=call, agent=agent, at=now)
     notify_call(call)
 
