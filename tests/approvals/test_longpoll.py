@@ -159,8 +159,8 @@ async def test_other_methods_are_405() -> None:
     assert (status, body["error"]["code"]) == (405, "method_not_allowed")
 
 
-async def test_a_client_that_goes_away_ends_the_wait() -> None:
-    call = await sync_to_async(_held_call)()
+async def _waiting(call: Call) -> ApplicationCommunicator:
+    """A 30 s long-poll on ``call``, sent and left waiting."""
     communicator = ApplicationCommunicator(  # type: ignore[no-untyped-call]
         application,
         {
@@ -173,6 +173,12 @@ async def test_a_client_that_goes_away_ends_the_wait() -> None:
     )
     await communicator.send_input({"type": "http.request", "body": b""})
     await asyncio.sleep(0.3)
+    return communicator
+
+
+async def test_a_client_that_goes_away_ends_the_wait() -> None:
+    call = await sync_to_async(_held_call)()
+    communicator = await _waiting(call)
     await communicator.send_input({"type": "http.disconnect"})
     await communicator.wait(timeout=PROMPTLY)  # the app returned on its own, long before 30 s
     assert await communicator.receive_nothing(timeout=0.1)
@@ -182,18 +188,7 @@ async def test_a_wait_the_stopping_server_cancels_is_answered_503_to_wait_again(
     """Past its graceful shutdown the server cancels what still runs: the long-poll answers
     ``503`` with Retry-After (the clients wait again), not the server's bare ``500``."""
     call = await sync_to_async(_held_call)()
-    communicator = ApplicationCommunicator(  # type: ignore[no-untyped-call]
-        application,
-        {
-            "type": "http",
-            "method": "GET",
-            "path": f"/api/v1/calls/{call.pk}/wait",
-            "query_string": b"timeout=30",
-            "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
-        },
-    )
-    await communicator.send_input({"type": "http.request", "body": b""})
-    await asyncio.sleep(0.3)
+    communicator = await _waiting(call)
     communicator.future.cancel()  # as uvicorn does to the requests still running
     start = await communicator.receive_output(timeout=PROMPTLY)
     body = await communicator.receive_output(timeout=PROMPTLY)
