@@ -11,7 +11,7 @@ PROJECTS := pyproject.toml $(CLIENT)/pyproject.toml
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-stock test-ts lint bench bench-submit bench-decision bench-ts bench-pages clean
+.PHONY: run test test-stock test-ts screenshots lint bench bench-submit bench-decision bench-ts bench-pages clean
 
 # pip quiet: errors still print, and a failing install still fails. The one warning left on a
 # good install is setuptools' "Editable installation" block (folders named like the package may
@@ -55,6 +55,10 @@ STOCK_TESTS := tests/config/runtime tests/approvals/test_consumers.py \
 	tests/approvals/test_batch_decisions.py tests/test_live.py tests/scale/test_hostile_sockets.py
 test-stock: $(TEST_STAMP)
 	COUNTERSIGN_STOCK=all $(BIN)/python -m pytest $(PYTEST_ARGS) $(STOCK_TESTS)
+
+# The browser tests, writing their pictures into docs/screenshots/ (a plain run keeps them apart).
+screenshots: $(TEST_STAMP)
+	COUNTERSIGN_SCREENSHOTS=1 $(BIN)/python -m pytest $(PYTEST_ARGS) tests/browser
 
 # The TypeScript client (clients/typescript/): its locked packages, then its Vitest suite against
 # a server it starts with this virtualenv's Python.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,10 +154,15 @@ Screenshot = Callable[["Page", str], None]
 
 
 @pytest.fixture
-def screenshot() -> Screenshot:
+def screenshot(tmp_path: Path) -> Screenshot:
+    """Takes a page's picture: into docs/screenshots/ with ``COUNTERSIGN_SCREENSHOTS=1``
+    (``make screenshots``), else into the test's own folder, so a test run leaves the docs'
+    pictures as committed."""
+    folder = SCREENSHOTS if os.environ.get("COUNTERSIGN_SCREENSHOTS") == "1" else tmp_path
+
     def save(page: Page, name: str) -> None:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         page.evaluate("window.scrollTo(0, 0)")  # the sticky bar belongs at the top
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
     return save
