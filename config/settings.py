@@ -29,6 +29,7 @@ from config.private_files import (
     sqlite_file,
 )
 from config.runtime.stock import Stock
+from identity.config import sso_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # What Countersign keeps on disk (the embedded database, the secret key, static files), private
@@ -61,6 +62,7 @@ INSTALLED_APPS = [
     "axes",
     "approvals",
     "notifications",
+    "identity",
 ]
 
 MIDDLEWARE = [
@@ -83,10 +85,13 @@ MIDDLEWARE = [
 ]
 
 # First the login throttle, which refuses a locked-out username and address before any
-# password is checked (approvals/accounts/throttle.py); then Django's own.
+# password is checked (approvals/accounts/throttle.py); then Django's own, for passwords; then
+# single sign-on's (identity/backends.py), which takes no password.
+PASSWORD_BACKEND = "django.contrib.auth.backends.ModelBackend"  # noqa: S105 (a class)
 AUTHENTICATION_BACKENDS = [
     "approvals.accounts.throttle.LoginThrottle",
-    "django.contrib.auth.backends.ModelBackend",
+    PASSWORD_BACKEND,
+    "identity.backends.SsoBackend",
 ]
 
 # Messages stay on the server: admin shows a new API token once through one.
@@ -212,6 +217,26 @@ AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
 # 0 turns it off): one over either sends no mail and is answered as any other
 # (approvals/accounts/throttle.py). The mail's link starts with COUNTERSIGN_PUBLIC_URL.
 COUNTERSIGN_PASSWORD_RESET_RATE = env_rate("COUNTERSIGN_PASSWORD_RESET_RATE", "5/h")
+
+# --- Single sign-on (identity/, docs/identity.md) -------------------------------------------
+# Off (0): neither login page has a password form and a posted password is refused (403); the
+# password backend is dropped, which also ends the sessions passwords opened. Needs SSO.
+COUNTERSIGN_PASSWORD_LOGIN = env_bool("COUNTERSIGN_PASSWORD_LOGIN", True)
+if not COUNTERSIGN_PASSWORD_LOGIN:
+    AUTHENTICATION_BACKENDS.remove(PASSWORD_BACKEND)
+# OpenID Connect: the issuer (its discovery document is read at first use, and again every few
+# minutes; /readyz reports one that cannot be read), the client registered there, the button's
+# label, the claim naming the person's groups and the scopes asked for. No issuer: no SSO.
+_sso = sso_settings(password_login=COUNTERSIGN_PASSWORD_LOGIN)
+OIDC_ISSUER = _sso.issuer
+OIDC_CLIENT_ID = _sso.client_id
+OIDC_CLIENT_SECRET = _sso.client_secret
+OIDC_NAME = _sso.name
+OIDC_GROUPS_CLAIM = _sso.groups_claim
+OIDC_SCOPES = _sso.scopes
+# Hours a session opened by single sign-on lasts, however active: then the person signs in
+# again, and their groups are read from the provider again.
+COUNTERSIGN_SSO_SESSION_HOURS = env_int("COUNTERSIGN_SSO_SESSION_HOURS", 12, minimum=1, maximum=720)
 
 # --- Static files ---------------------------------------------------------------------------
 STATIC_URL = "static/"

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponseRedirect
 from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path, re_path
@@ -14,6 +13,7 @@ from approvals.ops import views as ops_views
 from approvals.receipts import views as receipt_views
 from approvals.web.manifest import web_manifest
 from config import bench
+from identity import views as identity_views
 
 
 def favicon_redirect(request: HttpRequest) -> HttpResponseRedirect:
@@ -24,6 +24,9 @@ def favicon_redirect(request: HttpRequest) -> HttpResponseRedirect:
 
 
 urlpatterns: list[URLPattern | URLResolver] = [
+    # Admin's login page with single sign-on, and without a password form when passwords are
+    # off (identity/views.py); before admin's own routes, which it stands in for.
+    path("admin/login/", identity_views.admin_sign_in),
     path("admin/", admin.site.urls),
     path("favicon.ico", favicon_redirect),
     # The web app manifest: the queue on a phone's home screen (approvals/web/manifest.py).
@@ -35,11 +38,14 @@ urlpatterns: list[URLPattern | URLResolver] = [
     # The public keys that verify receipts and audit heads (docs/receipts.md).
     path(".well-known/jwks.json", receipt_views.jwks, name="jwks"),
     # After logging in: the queue (Django's default, /accounts/profile/, is no page here).
+    # With single sign-on, and without a password form when passwords are off.
     path(
         "accounts/login/",
-        LoginView.as_view(next_page="/", redirect_authenticated_user=True),
+        identity_views.SignInView.as_view(next_page="/", redirect_authenticated_user=True),
         name="login",
     ),
+    # Single sign-on with OpenID Connect (docs/identity.md).
+    path("", include("identity.urls")),
     # Its mail's link from COUNTERSIGN_PUBLIC_URL, never the request's Host; throttled.
     path(
         "accounts/password_reset/",

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("approvals", "notifications", "config", "capcore")
+PACKAGES = ("approvals", "notifications", "identity", "config", "capcore")
 # The one way in: a message enqueued in the caller's transaction.
 SEAM = "notifications.outbox.notifications_enqueue"
 

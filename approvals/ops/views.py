@@ -6,7 +6,8 @@ request thread is busy with agents or logins.
 
 - ``/healthz``: the process answers. Reads nothing.
 - ``/readyz``: the database answers (and has its tables), and so does Redis when ``REDIS_URL``
-  is set; else ``503`` naming what does not.
+  is set, and the identity provider's discovery document can be used when ``OIDC_ISSUER`` is
+  (identity/discovery.py); else ``503`` naming what does not.
 - ``/metrics``: approvals/ops/metrics.py's series in the Prometheus text format, for a scrape that
   presents ``Authorization: Bearer <COUNTERSIGN_METRICS_TOKEN>``. Without the setting the
   route is a ``404`` like any unknown path; with it, a missing or wrong token is a ``401``.
@@ -28,11 +29,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 import approvals.ops.metrics  # noqa: F401 (registers the series)
 from approvals.selectors.ops import database_answers
+from identity.discovery import sso_ready
 
 logger = logging.getLogger(__name__)
 
 DATABASE = "database"
 REDIS = "redis"
+SSO = "sso"
 # A load balancer waits a few seconds for an answer: a Redis that does not answer in this
 # one is not ready.
 REDIS_TIMEOUT = 1.0  # seconds
@@ -76,6 +79,8 @@ def readyz(request: HttpRequest) -> JsonResponse:
     checked = {DATABASE: _database_answers()}
     if settings.REDIS_URL:
         checked[REDIS] = _redis_answers(settings.REDIS_URL)
+    if settings.OIDC_ISSUER:
+        checked[SSO] = sso_ready()
     unavailable = [name for name, answers in checked.items() if not answers]
     if unavailable:
         return JsonResponse({"status": "unavailable", "unavailable": unavailable}, status=503)
