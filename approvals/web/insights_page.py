@@ -10,6 +10,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from approvals.models import Call
 from approvals.selectors.insights import (
     DEFAULT_PERIOD,
     PERIODS,
@@ -33,15 +34,15 @@ from approvals.web.querystring import (
 DAYS = "days"
 DAYS_EXPECTED = "7, 30 or 90"
 DEFAULT_GATE = "(default gate)"
-# Each status's colour on the page: a custom property of countersign.css.
+# Each series' colour on the page: a custom property of countersign.css, by its name.
 VERDICT_TONES = {
-    "allowed": "accent",
-    "refused": "deny-strong",
-    "pending": "pending",
-    "approved": "approve",
-    "denied": "deny",
-    "expired": "muted",
-    "cancelled": "line",
+    Call.Status.ALLOWED: "--accent",
+    Call.Status.REFUSED: "--deny-strong",
+    Call.Status.PENDING: "--pending",
+    Call.Status.APPROVED: "--approve",
+    Call.Status.DENIED: "--deny",
+    Call.Status.EXPIRED: "--muted",
+    Call.Status.CANCELLED: "--line",
 }
 
 Series = dict[str, object]
@@ -105,7 +106,7 @@ def charts(figures: Figures, ledgers: list[LedgerNear]) -> dict[str, dict[str, o
             [
                 {
                     "name": "held calls",
-                    "tone": "pending",
+                    "tone": "--pending",
                     "values": [n for _, n in figures.holds_by_rule],
                 }
             ],
@@ -118,12 +119,12 @@ def charts(figures: Figures, ledgers: list[LedgerNear]) -> dict[str, dict[str, o
             [
                 {
                     "name": "p50",
-                    "tone": "accent",
+                    "tone": "--accent",
                     "values": [_minutes(t.p50_seconds) for t in times],
                 },
                 {
                     "name": "p90",
-                    "tone": "pending",
+                    "tone": "--pending",
                     "values": [_minutes(t.p90_seconds) for t in times],
                 },
             ],
@@ -133,8 +134,8 @@ def charts(figures: Figures, ledgers: list[LedgerNear]) -> dict[str, dict[str, o
             days,
             [
                 {
-                    "name": "expired",
-                    "tone": "muted",
+                    "name": Call.Status.EXPIRED.label,
+                    "tone": "--muted",
                     "values": [n for _, n in figures.expiries_per_day],
                 }
             ],
@@ -145,11 +146,15 @@ def charts(figures: Figures, ledgers: list[LedgerNear]) -> dict[str, dict[str, o
             [a.username for a in figures.approvers],
             [
                 {
-                    "name": "approved",
-                    "tone": "approve",
+                    "name": Call.Status.APPROVED.label,
+                    "tone": "--approve",
                     "values": [a.approved for a in figures.approvers],
                 },
-                {"name": "denied", "tone": "deny", "values": [a.denied for a in figures.approvers]},
+                {
+                    "name": Call.Status.DENIED.label,
+                    "tone": "--deny",
+                    "values": [a.denied for a in figures.approvers],
+                },
             ],
             stacked=True,
             horizontal=True,
@@ -158,7 +163,7 @@ def charts(figures: Figures, ledgers: list[LedgerNear]) -> dict[str, dict[str, o
         ),
         "ledgers": _chart(
             [f"{n.rule} {n.key_digest[:8]}".strip() for n in ledgers],
-            [{"name": "used", "tone": "deny", "values": [n.used_percent for n in ledgers]}],
+            [{"name": "used", "tone": "--deny", "values": [n.used_percent for n in ledgers]}],
             horizontal=True,
             axis="% of the limit",
             most=100,

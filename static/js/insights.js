@@ -5,7 +5,7 @@
   "use strict";
 
   function cssColor(name, fallback) {
-    var value = getComputedStyle(document.documentElement).getPropertyValue("--" + name).trim();
+    var value = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
     return value || fallback;
   }
 
