@@ -95,6 +95,11 @@ class CapRule(models.Model):
     name_folded = models.CharField(max_length=64, unique=True, editable=False)
     line = models.TextField()
     enabled = models.BooleanField(default=True)
+    # Evaluated and recorded on every call, never enforced (docs/rules.md, "Shadow rules").
+    shadow = models.BooleanField(
+        default=False,
+        help_text="Shadow: evaluated and recorded on every call, never holds or refuses one.",
+    )
     description = models.TextField(
         blank=True,
         help_text="The rule's ledger is kept by name: editing the limit or window keeps it, "
@@ -139,8 +144,26 @@ class PermissionRule(models.Model):
     decision = models.CharField(max_length=8, choices=Decision.choices)
     # NULL = every run; "" is the agent's default run, so the two must differ.
     run_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    # Blank = any arguments; else only calls whose arguments have this SHA-256. Blank in the
+    # database too, for a row another program inserts without it.
+    arguments_sha256 = models.CharField(
+        max_length=64, blank=True, default="", db_default="", help_text="Empty = any arguments."
+    )
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # A grant (docs/ui.md, "Grants"): the approval's call, who approved it and when. Empty on
+    # a rule an admin wrote; the audit log keeps the grant's entry whatever becomes of them.
+    call = models.ForeignKey(
+        "Call", null=True, blank=True, on_delete=models.SET_NULL, related_name="grants"
+    )
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="grants",
+    )
+    granted_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.decision} {self.pattern}"
@@ -244,6 +267,9 @@ class Call(models.Model):
     gates = models.JSONField(default=list)
     # Ledger amounts assessed at submission, recorded if and when the call is approved.
     pending_records = models.JSONField(default=list)
+    # The reasons shadow rules would have given (docs/rules.md, "Shadow rules"): never
+    # enforced; their amounts go with ``pending_records``, into the shadow rules' own ledgers.
+    shadow = models.JSONField(default=list)
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True)
     extended = models.BooleanField(default=False)
@@ -295,11 +321,14 @@ class Approval(models.Model):
     """One eligible user's first decision on a call; later clicks change nothing."""
 
     class Scope(models.TextChoices):
-        """What an approval allows besides this call: nothing more, the same tool for the
-        rest of the run, or always (docs/ui.md)."""
+        """What an approval allows besides this call: nothing more, the same tool with the
+        same arguments or any for the rest of the run, any for the next hour, or always
+        (docs/ui.md, "Grants")."""
 
         ONCE = "once", "once"
+        RUN_SAME = "run_same", "run_same"
         RUN = "run", "run"
+        HOUR = "hour", "hour"
         ALWAYS = "always", "always"
 
     call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="approvals")
@@ -331,7 +360,10 @@ class Approval(models.Model):
 class Ledger(models.Model):
     """One running total's identity: the row locked while a call is checked and recorded."""
 
-    rule = models.CharField(max_length=64, help_text="The rule's name, casefolded.")
+    # 64 for the name, and "shadow " before a shadow rule's (capcore.caps.ledger_rule).
+    rule = models.CharField(
+        max_length=72, help_text="The rule's name, casefolded; 'shadow name' for a shadow rule."
+    )
     currency = models.CharField(max_length=3)
     key_digest = models.CharField(max_length=64, blank=True, help_text="Empty = one total.")
 
@@ -478,6 +510,7 @@ class AuditEntry(models.Model):
         GROUP_DELETED = "group deleted", "group deleted"
         GROUP_PERMISSIONS_CHANGED = "group permissions changed", "group permissions changed"
         STANDING_RULE_CREATED = "standing rule created", "standing rule created"
+        STANDING_RULE_REVOKED = "standing rule revoked", "standing rule revoked"
         LOGIN_LOCKED_OUT = "login locked out", "login locked out"
         LOGIN_UNLOCKED = "login unlocked", "login unlocked"
         NOTIFICATION_RETRIED = "notification retried", "notification retried"

@@ -39,6 +39,9 @@ CURRENCY_NOT_LIMITED = "the currency is not one this rule has a limit in"
 # which argument the agent left out.
 KEY_MISSING = "the key argument {path} is missing"
 KEY_NOT_TEXT = "the key argument {path} is not a string"
+# A shadow rule's ledgers are its own: a blank never stands in a rule's name, so no enforced
+# rule's ledger (of this name or any other) is ever one of them.
+SHADOW_LEDGER_PREFIX = "shadow "
 
 _AMOUNT_CATEGORIES: dict[type[NotAssessable], str] = {
     ArgAbsent: AMOUNT_MISSING,
@@ -52,7 +55,8 @@ _AMOUNT_CATEGORIES: dict[type[NotAssessable], str] = {
 
 @dataclass(frozen=True, slots=True, order=True)
 class LedgerKey:
-    """One running total: a rule (by casefolded name), a currency, and a key digest.
+    """One running total: a rule (by casefolded name; ``ledger_rule``), a currency, and a key
+    digest.
 
     The key is stored as a SHA-256 digest, never as the text (it may be a payee's address);
     ``None`` is the rule's one total.
@@ -110,14 +114,21 @@ def _call_limit(rule: Rule, arguments: dict[str, object]) -> Limit:
     return limit
 
 
+def ledger_rule(rule: Rule) -> str:
+    """The rule part of a rule's ledgers' keys: its casefolded name, after
+    ``SHADOW_LEDGER_PREFIX`` for a shadow rule."""
+    folded = rule.name.casefold()
+    return SHADOW_LEDGER_PREFIX + folded if rule.shadow else folded
+
+
 def _ledger_key(
     rule: Rule, currency: str, arguments: dict[str, object], principal: str
 ) -> LedgerKey:
     key = rule.key
     if key is None:
-        return LedgerKey(rule.name.casefold(), currency, None)
+        return LedgerKey(ledger_rule(rule), currency, None)
     if key.principal:
-        return LedgerKey(rule.name.casefold(), currency, digest_key(principal))
+        return LedgerKey(ledger_rule(rule), currency, digest_key(principal))
     path = ".".join(key.path)
     try:
         value = lookup(arguments, key.path)
@@ -129,7 +140,7 @@ def _ledger_key(
         value = value.strip()
     if key.lower:
         value = value.lower()
-    return LedgerKey(rule.name.casefold(), currency, digest_key(value))
+    return LedgerKey(ledger_rule(rule), currency, digest_key(value))
 
 
 def _assess_one(rule: Rule, arguments: dict[str, object], principal: str) -> CapAssessment:

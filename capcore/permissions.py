@@ -215,8 +215,10 @@ class PermissionRule:
     """An allow/ask/deny rule for a tool name or glob, already filtered by the caller to this
     agent or all agents.
 
-    ``run_id`` ``None`` applies to every run; ``expires_at`` ``None`` never expires. A run-scoped,
-    expiring ``allow`` is how "approve and allow this tool for the rest of the run" is stored.
+    ``run_id`` ``None`` applies to every run; ``arguments_sha256`` ``None`` to any arguments,
+    else only to a call whose arguments have that digest; ``expires_at`` ``None`` never
+    expires. An approval's grant is stored so: ``run_same`` is run-scoped with the call's
+    digest, ``run`` run-scoped, ``hour`` expiring an hour after the approval, ``always`` none.
     """
 
     id: int
@@ -224,18 +226,24 @@ class PermissionRule:
     decision: Decision
     run_id: str | None = None
     expires_at: datetime | None = None
+    arguments_sha256: str | None = None
 
     def __post_init__(self) -> None:
         # A naive expiry cannot be compared with `now`; refuse it where it is built.
         if self.expires_at is not None:
             _check_aware(self.expires_at, "expires_at")
 
-    def applies(self, *, tool: str, run_id: str, now: datetime) -> bool:
-        """Whether this rule speaks for ``tool`` in ``run_id`` at ``now`` (expiry is exclusive:
-        at ``expires_at`` the rule is already gone)."""
+    def applies(
+        self, *, tool: str, run_id: str, now: datetime, arguments_sha256: str | None = None
+    ) -> bool:
+        """Whether this rule speaks for ``tool`` in ``run_id`` at ``now``, for arguments
+        with the digest ``arguments_sha256`` (expiry is exclusive: at ``expires_at`` the rule
+        is already gone). A rule bound to a digest never speaks for a call whose digest is
+        unknown (``None``)."""
         return (
             fnmatchcase(tool, self.pattern)
             and (self.run_id is None or self.run_id == run_id)
+            and (self.arguments_sha256 is None or self.arguments_sha256 == arguments_sha256)
             and (self.expires_at is None or now < self.expires_at)
         )
 
@@ -299,15 +307,21 @@ def evaluate_permissions(
     pins: Sequence[ToolClassPin],
     run_id: str,
     now: datetime,
+    arguments_sha256: str | None = None,
 ) -> PermissionResult:
-    """The permission policy for one call.
+    """The permission policy for one call; ``arguments_sha256`` is the digest of its
+    arguments' text (``None``: unknown, so no rule bound to a digest applies).
 
     Fixed precedence: any applicable ``deny`` refuses; else any ``ask`` holds at the default
     gate; else any ``allow`` passes; else the mode decides by the tool's class. Every applicable
     rule of the deciding kind gets a finding (sorted by id), so the approver sees them all.
     """
     _check_aware(now, "now")
-    applicable = [rule for rule in rules if rule.applies(tool=tool, run_id=run_id, now=now)]
+    applicable = [
+        rule
+        for rule in rules
+        if rule.applies(tool=tool, run_id=run_id, now=now, arguments_sha256=arguments_sha256)
+    ]
     denies = [rule for rule in applicable if rule.decision is Decision.DENY]
     if denies:
         message = "denied by a permission rule for this tool"

@@ -26,6 +26,8 @@ from capcore.findings import Action, ActionKind
 MAX_NAME_LENGTH = 64
 MAX_TOOL_LENGTH = 128
 MAX_WINDOW_SECONDS = 366 * 86_400
+# The word before a shadow rule's name: evaluated and recorded, never enforced.
+SHADOW = "shadow"
 
 # A rule's or a gate's name (the server checks gate names typed in admin against it too).
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*", re.ASCII)
@@ -161,6 +163,7 @@ class Rule:
     window: Window | None
     key: Key | None
     action: Action
+    shadow: bool = False  # evaluated and recorded on every call, never enforced
 
     def limit_for(self, currency: str) -> Limit | None:
         for limit in self.limits:
@@ -170,7 +173,8 @@ class Rule:
 
     def to_line(self) -> str:
         """The canonical line; ``parse_rule(rule.to_line()) == rule``."""
-        parts = [f"{self.name}:", ",".join(self.tools), f"arg={'.'.join(self.arg)}"]
+        parts = [SHADOW] if self.shadow else []
+        parts += [f"{self.name}:", ",".join(self.tools), f"arg={'.'.join(self.arg)}"]
         if self.unit is Unit.MINOR:
             parts.append("minor")
         if self.currency_arg is not None:
@@ -488,6 +492,11 @@ def parse_rule(line: str) -> Rule:
     if not isinstance(line, str):
         raise TypeError("a rule line is text")
     scan = _Scanner(line)
+    # "shadow:" is a rule named shadow; "shadow big:" the shadow rule big.
+    shadow = scan.peek_word(SHADOW)
+    if shadow:
+        scan.pos += len(SHADOW)
+        scan.blanks("a rule name after 'shadow'")
     name = _parse_name(scan, "a rule name")
     if scan.pos >= scan.end or line[scan.pos] != ":":
         raise scan.fail("':' after the rule name")
@@ -553,6 +562,7 @@ def parse_rule(line: str) -> Rule:
         window=window,
         key=key,
         action=action,
+        shadow=shadow,
     )
 
 

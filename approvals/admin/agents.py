@@ -6,11 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+from django.views.decorators.http import require_POST
 
 from approvals.admin.base import AuditedAdmin, ReadOnlyInline, signed_in_user
 from approvals.models import Agent, AgentToken
+from approvals.selectors.grants import grants_of_agent
 from approvals.services.agents import (
     agent_delete,
     agent_save,
@@ -18,6 +22,10 @@ from approvals.services.agents import (
     agent_token_revoke,
     agent_tokens_revoke,
 )
+from approvals.services.grants import GrantNotFound, grant_revoke
+
+GRANT_REVOKED = "Grant revoked: the agent's next call of that tool is judged without it."
+GRANT_GONE = "No such grant of this agent: it was revoked already."
 
 
 class AgentTokenInline(ReadOnlyInline):
@@ -41,6 +49,48 @@ class AgentAdmin(AuditedAdmin):
     @admin.display(description="active tokens")
     def active_tokens(self, obj: Agent) -> int:
         return obj.tokens.filter(revoked_at__isnull=True).count()
+
+    def get_urls(self) -> list[URLPattern]:
+        revoke = path(
+            "<path:object_id>/grants/<int:grant_id>/revoke/",
+            self.admin_site.admin_view(require_POST(self.revoke_grant_view)),
+            name="approvals_agent_revoke_grant",
+        )
+        return [revoke, *super().get_urls()]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # The agent's grants, under its fields (templates/admin/approvals/agent/change_form.html).
+        agent = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if agent is not None:
+            context["grants"] = grants_of_agent(agent=agent)
+            context["may_revoke"] = self.has_change_permission(request, agent)
+        return super().change_view(request, object_id, form_url, context)
+
+    def revoke_grant_view(
+        self, request: HttpRequest, object_id: str, grant_id: int
+    ) -> HttpResponse:
+        agent = self.get_object(request, object_id)
+        if agent is None:
+            raise Http404
+        if not self.has_change_permission(request, agent):
+            raise PermissionDenied
+        try:
+            grant_revoke(agent=agent, grant_id=grant_id, by_user=signed_in_user(request))
+        except GrantNotFound:
+            messages.warning(request, GRANT_GONE)
+        else:
+            messages.success(request, GRANT_REVOKED)
+        url = reverse(
+            "admin:approvals_agent_change", args=[agent.pk], current_app=self.admin_site.name
+        )
+        return HttpResponseRedirect(url, status=303)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         # Unticking "active" closes the agent's sockets.

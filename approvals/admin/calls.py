@@ -17,6 +17,7 @@ from approvals.models import Call, CapRule, Ledger, LedgerEntry
 from approvals.selectors.ledgers import ledger_spent
 from approvals.selectors.rules import stored_rule
 from approvals.services.ledgers import VoidRefused, ledger_entry_void
+from capcore.caps import SHADOW_LEDGER_PREFIX
 
 
 @admin.register(Call)
@@ -57,7 +58,10 @@ def _ledger_exponent(ledger: Ledger, rule: capcore.Rule | None) -> int | None:
 
 
 def _ledger_rule(ledger: Ledger) -> capcore.Rule | None:
-    line = CapRule.objects.filter(name_folded=ledger.rule).values_list("line", flat=True).first()
+    # A shadow rule's ledgers are "shadow <name>" (capcore.caps.ledger_rule).
+    folded = ledger.rule.removeprefix(SHADOW_LEDGER_PREFIX)
+    rows = CapRule.objects.filter(name_folded=folded, shadow=folded != ledger.rule)
+    line = rows.values_list("line", flat=True).first()
     return None if line is None else stored_rule(line)
 
 

@@ -34,6 +34,11 @@ RENAME_HELP = (
     "The rule's ledger is kept by its name: editing the limit or window keeps the running "
     "totals, renaming the rule starts a new, empty ledger."
 )
+SHADOW_HELP = (
+    "A shadow rule (the box below, or 'shadow' before the name) is evaluated and recorded on "
+    "every call, in ledgers of its own, and never holds or refuses one; clearing the box "
+    "enforces it (audited)."
+)
 CARET_CONTEXT = 60  # characters of the line shown on each side of the caret
 
 
@@ -85,12 +90,12 @@ class CapRuleForm(forms.ModelForm):  # type: ignore[type-arg]
         strip=False,  # the grammar decides which blanks are allowed, not the form
         widget=forms.TextInput(attrs={"size": 120, "spellcheck": "false", "autocomplete": "off"}),
         help_text="One cap rule, e.g. big-payment: pay,transfer arg=amount max USD 500.00 "
-        "-> gate finance. " + RENAME_HELP,
+        "-> gate finance. " + RENAME_HELP + " " + SHADOW_HELP,
     )
 
     class Meta:
         model = CapRule
-        fields = ["line", "enabled", "description"]
+        fields = ["line", "enabled", "shadow", "description"]
         help_texts = {"description": RENAME_HELP}
 
     def clean_line(self) -> str:
@@ -139,8 +144,17 @@ class CapRuleAdmin(AuditedAdmin):
     form = CapRuleForm
     # Few columns, so that the action stays on screen at 1280 px; a long tools list or cap is
     # cut short with an ellipsis (static/css/admin.css), whole in its tooltip and in the line.
-    list_display = ("name", "enabled", "parses", "tools", "cap", "rule_action", "updated_at")
-    list_filter = ("enabled", ParsesFilter)
+    list_display = (
+        "name",
+        "enabled",
+        "shadow",
+        "parses",
+        "tools",
+        "cap",
+        "rule_action",
+        "updated_at",
+    )
+    list_filter = ("enabled", "shadow", ParsesFilter)
     search_fields = ("name", "line", "description")
     ordering = ("name_folded",)
     actions = ["export_rules_file"]
@@ -150,6 +164,7 @@ class CapRuleAdmin(AuditedAdmin):
         cap_rule_save(
             line=form.cleaned_data["line"],
             enabled=obj.enabled,
+            shadow=obj.shadow,
             description=obj.description,
             rule=obj,
             by_user=signed_in_user(request),
@@ -160,7 +175,9 @@ class CapRuleAdmin(AuditedAdmin):
         if request.method == "GET":
             broken = sum(
                 1
-                for line in CapRule.objects.filter(enabled=True).values_list("line", flat=True)
+                for line in CapRule.objects.filter(enabled=True, shadow=False).values_list(
+                    "line", flat=True
+                )
                 if stored_rule(line) is None
             )
             if broken:
@@ -180,7 +197,8 @@ class CapRuleAdmin(AuditedAdmin):
         if stored_rule(obj.line) is not None:
             return "✓"
         # Classes of static/css/admin.css: the Content-Security-Policy blocks inline styles.
-        if obj.enabled:
+        # A shadow rule that no longer parses is left out, never a reason to refuse.
+        if obj.enabled and not obj.shadow:
             return format_html(
                 '<strong class="cs-broken cs-broken-enabled">{}</strong>',
                 "✖ NO LONGER PARSES: calls are refused",
@@ -239,6 +257,9 @@ class PermissionRuleAdmin(AuditedAdmin):
     list_display = ("decision", "pattern", "agent", "run_id", "expires_at", "created_at")
     list_filter = ("decision",)
     search_fields = ("pattern", "agent__name")
+    # A grant's origin is the approval's (docs/ui.md, "Grants"), never typed here; shown, not
+    # offered as a list of every call and person.
+    readonly_fields = ("call", "granted_by", "granted_at")
 
 
 # A budget's cost ceiling is typed as a decimal and stored as an integer of 10⁻⁹ units

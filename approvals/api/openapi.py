@@ -49,6 +49,8 @@ class CallStateOut(Schema):
     edited: bool
     original_arguments_sha256: str | None
     reasons: list[dict[str, Any]]
+    # What shadow cap rules would have said (as reasons): never enforced.
+    shadow: list[dict[str, Any]]
     gates: list[str]
     approvals: list[dict[str, Any]]
     decision: dict[str, Any] | None
@@ -70,7 +72,7 @@ class SimulationOut(Schema):
     status: Annotated[str, Field(json_schema_extra={"enum": SIMULATED_STATUSES})]
     reasons: list[dict[str, Any]]
     gates: list[str]
-    # What shadow rules would have said; always empty until there are shadow rules.
+    # What shadow cap rules would have said (as reasons): never enforced.
     shadow: list[dict[str, Any]]
 
 

@@ -243,13 +243,14 @@ def calls_simulate(request: HttpRequest) -> HttpResponse:
     submission = submission_parse(
         agent=agent, body=request.body, idempotency_key=request.headers.get("Idempotency-Key")
     )
-    verdict = call_evaluate_only(agent=agent, submission=submission).verdict
+    evaluation = call_evaluate_only(agent=agent, submission=submission)
+    verdict = evaluation.verdict
     return JsonResponse(
         {
             "status": HELD if verdict.status is capcore.Status.PENDING else verdict.status.value,
             "reasons": [finding.as_reason() for finding in verdict.reasons],
             "gates": list(verdict.gates),
-            "shadow": [],  # no rule is a shadow rule yet
+            "shadow": [finding.as_reason() for finding in evaluation.shadow],
         }
     )
 

@@ -41,6 +41,8 @@ def call_state(call: Call, *, approvals: Iterable[Approval] | None = None) -> di
         "edited": edited,
         "original_arguments_sha256": call.original_arguments_sha256 or None,
         "reasons": call.reasons,
+        # What shadow rules would have said (same objects as reasons): never enforced.
+        "shadow": call.shadow,
         "gates": call.gates if pending else [],
         "approvals": []
         if call.status in Call.Status.NEVER_HELD

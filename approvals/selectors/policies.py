@@ -11,6 +11,8 @@ disabled, a database other than SQLite or PostgreSQL — the policy is read afre
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass
 
 from django.db.models import F, Q
@@ -19,6 +21,9 @@ import capcore
 from approvals.models import Agent, Budget, CapRule, PermissionRule, ToolClass
 from approvals.selectors.rules import stored_rule
 from approvals.services.statements import policy_stamp_read
+from capcore.caps import ledger_rule
+
+logger = logging.getLogger(__name__)
 
 CACHED_AGENTS = 1024  # per process; past that the cache starts again
 
@@ -27,10 +32,18 @@ CACHED_AGENTS = 1024  # per process; past that the cache starts again
 class AgentPolicy:
     cap_rules: tuple[capcore.Rule, ...]
     cap_rules_unreadable: bool
-    windows: dict[str, capcore.Window | None]  # by casefolded rule name
+    windows: dict[str, capcore.Window | None]  # by ledger rule (capcore.caps.ledger_rule)
     permission_rules: tuple[capcore.PermissionRule, ...]
     tool_class_pins: tuple[capcore.ToolClassPin, ...]
     budget: capcore.Budget | None
+    # Evaluated and recorded, never enforced; one that no longer parses is left out (and
+    # logged), never a reason to refuse.
+    shadow_rules: tuple[capcore.Rule, ...] = ()
+
+    @property
+    def every_cap_rule(self) -> tuple[capcore.Rule, ...]:
+        """The enforced rules, then the shadow ones: what a submission's evaluation reads."""
+        return self.cap_rules + self.shadow_rules
 
 
 # The stamp and the policies read under it. Replaced whole when the stamp moves on, so a
@@ -65,18 +78,28 @@ def policy_at_stamp(*, agent: Agent, stamp: int | None) -> AgentPolicy:
 
 
 def _policy_read(agent: Agent) -> AgentPolicy:
-    parsed = [
-        stored_rule(line)
-        for line in CapRule.objects.filter(enabled=True).values_list("line", flat=True)
-    ]
-    rules = tuple(rule for rule in parsed if rule is not None)
+    rows = list(CapRule.objects.filter(enabled=True).values_list("line", "shadow", "pk"))
+    parsed = [stored_rule(line) for line, shadow, _ in rows if not shadow]
+    # The row's flag decides, whatever the line says (cap_rule_save keeps them alike).
+    rules = tuple(dataclasses.replace(rule, shadow=False) for rule in parsed if rule is not None)
+    shadow_rules = []
+    for line, shadow, pk in rows:
+        if not shadow:
+            continue
+        rule = stored_rule(line)
+        if rule is None:
+            logger.error("shadow cap rule %s no longer parses: left out", pk)
+            continue
+        shadow_rules.append(dataclasses.replace(rule, shadow=True))
     permission_rules = tuple(
         capcore.PermissionRule(
             id=row.pk,
             pattern=row.pattern,
             decision=capcore.Decision(row.decision),
             run_id=row.run_id,
+            # Kept as stored: each call's time is checked against it when it is evaluated.
             expires_at=row.expires_at,
+            arguments_sha256=row.arguments_sha256 or None,
         )
         for row in PermissionRule.objects.filter(Q(agent=agent) | Q(agent__isnull=True)).order_by(
             "pk"
@@ -95,10 +118,11 @@ def _policy_read(agent: Agent) -> AgentPolicy:
     return AgentPolicy(
         cap_rules=rules,
         cap_rules_unreadable=len(rules) != len(parsed),
-        windows={rule.name.casefold(): rule.window for rule in rules},
+        windows={ledger_rule(rule): rule.window for rule in (*rules, *shadow_rules)},
         permission_rules=permission_rules,
         tool_class_pins=pins,
         budget=_budget(budget),
+        shadow_rules=tuple(shadow_rules),
     )
 
 

@@ -7,7 +7,8 @@ import functools
 import capcore
 from approvals.models import CapRule
 
-# A stored rule as the pages read it: its folded name, whether it is enabled, the rule.
+# A stored rule as the pages read it: its folded name, whether it is enabled (and enforced:
+# a shadow rule never holds a call, so the pages show it only where it says so), the rule.
 StoredRule = tuple[str, bool, capcore.Rule]
 
 
@@ -21,10 +22,11 @@ def stored_rule(line: str) -> capcore.Rule | None:
 
 
 def stored_rules() -> list[StoredRule]:
-    """Every stored rule that parses, with its folded name and whether it is enabled."""
-    rows = CapRule.objects.order_by("pk").values_list("name_folded", "enabled", "line")
+    """Every stored rule that parses, with its folded name and whether it is enabled and
+    enforced (a shadow rule counts as not enabled)."""
+    rows = CapRule.objects.order_by("pk").values_list("name_folded", "enabled", "shadow", "line")
     return [
-        (folded, enabled, rule)
-        for folded, enabled, line in rows
+        (folded, enabled and not shadow, rule)
+        for folded, enabled, shadow, line in rows
         if (rule := stored_rule(line)) is not None
     ]

@@ -276,14 +276,40 @@ def _evaluation(
         tool_class_pins=policy.tool_class_pins,
         budget=policy.budget,
         counters=counters,
-        cap_rules=policy.cap_rules,
+        cap_rules=policy.every_cap_rule,
         cap_rules_unreadable=policy.cap_rules_unreadable,
         spent=spent,
     )
     evaluation = capcore.evaluate_call(request, state)
     if evaluation.error is not None:
         logger.error("policy error on a call by agent %s", agent.pk, exc_info=evaluation.error)
+    _shadow_error_log(evaluation, agent)
     return evaluation
+
+
+def _shadow_error_log(evaluation: capcore.Evaluation, agent: Agent) -> None:
+    if evaluation.shadow_error is not None:
+        logger.error(
+            "a shadow cap rule failed on a call by agent %s: left out",
+            agent.pk,
+            exc_info=evaluation.shadow_error,
+        )
+
+
+def with_shadow_records(evaluation: capcore.Evaluation) -> capcore.Evaluation:
+    """The evaluation with its shadow rules' amounts among its ``records``: they go into
+    their own ledgers exactly when and as the enforced rules' amounts go into theirs
+    (recorded if the call goes ahead, reserved while it is held)."""
+    if not evaluation.shadow_records:
+        return evaluation
+    return dataclasses.replace(
+        evaluation, records=evaluation.records + evaluation.shadow_records, shadow_records=()
+    )
+
+
+def shadow_to_json(evaluation: capcore.Evaluation) -> list[dict[str, str | None]]:
+    """The reasons the shadow rules would have given, as ``Call.shadow`` keeps them."""
+    return [finding.as_reason() for finding in evaluation.shadow]
 
 
 def _counter_read(
@@ -336,11 +362,15 @@ def call_evaluate_again(
     request = capcore.CallRequest(
         tool=call.tool, arguments_text=arguments, principal=call.principal, run_id=call.run_id
     )
-    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
+    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.every_cap_rule))
     now = clock or timezone.now()
     counters = _counters_standing(agent, policy.budget, call, now)
     spent = _spent(ledgers, policy.windows, now, recheck_of=call.pk)
-    return _evaluation(agent, policy, request, counters, spent, now), ledgers, now
+    evaluation = _evaluation(agent, policy, request, counters, spent, now)
+    # What the shadow rules say of the edited call (a refused edit rolls this back with it).
+    call.shadow = shadow_to_json(evaluation)
+    call.save(update_fields=["shadow"])
+    return with_shadow_records(evaluation), ledgers, now
 
 
 def call_sums_recheck(
@@ -355,10 +385,10 @@ def call_sums_recheck(
     request = capcore.CallRequest(
         tool=call.tool, arguments_text=call.arguments, principal=call.principal, run_id=call.run_id
     )
-    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
+    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.every_cap_rule))
     state = capcore.PolicyState(
         now=now,
-        cap_rules=policy.cap_rules,
+        cap_rules=policy.every_cap_rule,
         cap_rules_unreadable=policy.cap_rules_unreadable,
         spent=_spent(ledgers, policy.windows, now, recheck_of=call.pk),
     )
@@ -366,6 +396,8 @@ def call_sums_recheck(
     evaluation = capcore.recheck_sums(request, state, held_for=held_for)
     if evaluation.error is not None:
         logger.error("policy error re-checking call %s", call.pk, exc_info=evaluation.error)
+    _shadow_error_log(evaluation, call.agent)
+    evaluation = with_shadow_records(evaluation)
     if evaluation.verdict.status is capcore.Status.ALLOWED:
         # To be approved now: what every cap rule reads of it, not the sums alone, for its
         # receipt (the re-check read these arguments already, so they parse).
@@ -413,7 +445,7 @@ def call_evaluate_only(
         stamp = policy_stamp_read()
         policy = policy_at_stamp(agent=agent, stamp=stamp)
         request = _request_of(submission)
-        keys = capcore.ledgers_of_call(request, policy.cap_rules)
+        keys = capcore.ledgers_of_call(request, policy.every_cap_rule)
         wanted = {ledger_identity(key): key for key in keys}
         found = ledgers_by_identity(identities=sorted(wanted))
         ledgers = {
@@ -436,7 +468,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
     stamp = policy_stamp_read()
     policy = policy_at_stamp(agent=agent, stamp=stamp)
     request = _request_of(submission)
-    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.cap_rules))
+    ledgers = ledger_lock(capcore.ledgers_of_call(request, policy.every_cap_rule))
     # Read the clock only once the locks are held: a time taken before waiting for them
     # would be older than the entries recorded meanwhile.
     now = clock or timezone.now()
@@ -444,6 +476,8 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
     spent = _spent(ledgers, policy.windows, now)
     evaluation = _evaluation(agent, policy, request, counters, spent, now)
     verdict = evaluation.verdict
+    shadow = shadow_to_json(evaluation)
+    evaluation = with_shadow_records(evaluation)
     call = Call(
         agent=agent,
         tool=submission.tool,
@@ -455,6 +489,7 @@ def _evaluate_and_create(agent: Agent, submission: Submission, clock: datetime |
         status=verdict.status.value,
         reasons=[f.as_reason() for f in verdict.reasons],
         gates=list(verdict.gates),
+        shadow=shadow,
         pending_records=(
             records_to_json(evaluation.records) if verdict.status is capcore.Status.PENDING else []
         ),

@@ -12,7 +12,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -58,7 +58,11 @@ class NotEligible(errors.NotPermitted):
 
 
 class BadScope(errors.Invalid):
-    """A scope that does not exist, or a standing scope for a call not held by mode only."""
+    """A scope that does not exist, or a scope granting more than the call for a call not
+    held by its mode alone; the message says which, never echoing what was sent."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or SCOPE_UNKNOWN)
 
 
 class DecisionConflict(errors.Conflict):
@@ -77,6 +81,16 @@ class EditNotEligible(NotEligible):
     """The edited call would be held at a gate the editor may not decide; the message
     names the gates."""
 
+
+SCOPE_UNKNOWN = (
+    "scope must be one of " + ", ".join(Approval.Scope.values) + ": the decision was not recorded"
+)
+SCOPE_NOT_GRANTABLE = (
+    "only a call held by its permission mode alone may grant more than this call: approve it "
+    "with scope once; the decision was not recorded"
+)
+# How long an ``hour`` grant lasts from the approval.
+HOUR_GRANT = timedelta(hours=1)
 
 # The messages of an edit that changes nothing. Only rule and gate names (written by
 # admins) go into them, never text from the arguments.
@@ -197,29 +211,40 @@ def _gate_names(gates: list[str]) -> str:
 
 
 def _allow_tool(call: Call, scope: str, user: User, now: datetime) -> AuditEntry:
-    """The standing ``allow`` rule an approval's scope creates, and its entry: which call,
-    which approver (the entry's user), which scope."""
+    """The grant an approval's scope creates (docs/ui.md, "Grants"), an ``allow`` rule for
+    this agent and this exact tool name: ``run_same`` this run and the call's digest (as
+    approved, after any edit), ``run`` this run, ``hour`` every run until an hour after the
+    approval, ``always`` every run. Its entry names the call, the approver (the entry's
+    user), the scope and what the rule allows."""
+    same_run = scope in (Approval.Scope.RUN_SAME, Approval.Scope.RUN)
     rule = PermissionRule.objects.create(
         agent=call.agent,
         pattern=call.tool,
         decision="allow",
-        run_id=call.run_id if scope == Approval.Scope.RUN else None,
+        run_id=call.run_id if same_run else None,
+        arguments_sha256=call.arguments_sha256 if scope == Approval.Scope.RUN_SAME else "",
+        expires_at=now + HOUR_GRANT if scope == Approval.Scope.HOUR else None,
+        call=call,
+        granted_by=user,
+        granted_at=now,
     )
+    after: dict[str, object] = {
+        "call": str(call.pk),
+        "scope": scope,
+        "agent": call.agent.name,
+        "pattern": rule.pattern,
+        "decision": rule.decision,
+        "run_id": rule.run_id,
+    }
+    if rule.arguments_sha256:
+        after["arguments_sha256"] = rule.arguments_sha256
+    if rule.expires_at is not None:
+        after["expires_at"] = rule.expires_at.isoformat()
     return audit_entry(
         action=AuditEntry.Action.STANDING_RULE_CREATED,
         obj=rule,
         user=user,
-        after=json.dumps(
-            {
-                "call": str(call.pk),
-                "scope": scope,
-                "agent": call.agent.name,
-                "pattern": rule.pattern,
-                "decision": rule.decision,
-                "run_id": rule.run_id,
-            },
-            sort_keys=True,
-        ),
+        after=json.dumps(after, sort_keys=True),
         at=now,
     )
 
@@ -255,7 +280,7 @@ def _call_approve(
     stamp: int | None,
 ) -> list[AuditEntry]:
     """The quorum met: the amounts in the ledgers (its reservations become entries), the
-    standing rule an ``always`` scope asks for, and the call approved with its receipt,
+    grant a scope other than ``once`` asks for, and the call approved with its receipt,
     signed by the approvals standing and what the caps read (``evaluation.caps``); the
     audit entries still to write."""
     ledger_record(call=call, records=evaluation.records, ledgers=ledgers, now=now)
@@ -422,13 +447,15 @@ def _decide(
     # Read after the lock, once: for the re-check's policy and the notifications written.
     stamp = policy_stamp_read()
     edit = arguments if approve and arguments != call.arguments else None
-    if scope not in Approval.Scope.values or (
+    if scope not in Approval.Scope.values:
+        raise BadScope(SCOPE_UNKNOWN)
+    if (
         edit is None
         and approve
         and scope != Approval.Scope.ONCE
         and not held_by_mode_only(call_findings(call))
     ):
-        raise BadScope
+        raise BadScope(SCOPE_NOT_GRANTABLE)
     if edit is not None:
         try:
             capcore.parse_arguments(edit)
@@ -556,7 +583,7 @@ def _edit_and_approve(
     if verdict.status is capcore.Status.PENDING and not user_may_decide(user=user, call=call):
         raise EditNotEligible(EDIT_NOT_ELIGIBLE.format(gates=_gate_names(call.gates)))
     if scope != Approval.Scope.ONCE and not held_by_mode_only(verdict.reasons):
-        raise BadScope
+        raise BadScope(SCOPE_NOT_GRANTABLE)
     Approval.objects.filter(call=call, voided_at__isnull=True).update(voided_at=now)
     approval = _approval_add(
         call=call, user=user, approve=True, comment=comment, scope=scope, now=now

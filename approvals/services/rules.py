@@ -6,6 +6,7 @@ Also the rules file: ``rules_import`` (all or nothing, docs/rules.md "Rules file
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ from approvals.errors import Conflict, Invalid
 from approvals.models import AuditEntry, Budget, CapRule, Gate
 from approvals.services.admin_changes import model_save
 from approvals.services.audit import audit_record, audit_snapshot
-from capcore.rules import check_rules
+from capcore.rules import SHADOW, check_rules
 
 _BLANKS = " \t"  # the grammar's blanks; any other character is the parser's to refuse
 FILE_REFUSED = "{count} line(s) of the rules file are refused: nothing was changed"
@@ -93,11 +94,21 @@ def gate_ensure(
     return gate
 
 
+def stored_line(line: str, parsed: capcore.Rule) -> str:
+    """The line as stored: its outer blanks and a leading ``shadow`` word left out (the row's
+    ``shadow`` says it)."""
+    text = line.strip(_BLANKS)
+    if parsed.shadow:
+        text = text[len(SHADOW) :].lstrip(_BLANKS)
+    return text
+
+
 @transaction.atomic
 def cap_rule_save(
     *,
     line: str,
     enabled: bool = True,
+    shadow: bool | None = None,
     description: str | None = None,
     rule: CapRule | None = None,
     by_user: User | None = None,
@@ -106,6 +117,9 @@ def cap_rule_save(
     """Create or update the rule named in ``line`` (names match under casefold; the line's
     spelling wins). Refuses a line that does not parse with ``capcore.RuleError``.
 
+    A line that starts with ``shadow`` saves a shadow rule (evaluated and recorded, never
+    enforced; the word is not stored), as does ``shadow`` True (the admin's checkbox);
+    ``shadow`` None: the line decides. The flag changing either way is in the audit entry.
     ``description`` None keeps the stored one. With ``rule`` (the row an admin is editing)
     that row is updated even when the line renames it — a new name starts a new ledger — and
     a name another rule already has is refused with ``CapRuleNameTaken``. The gate the rule
@@ -126,8 +140,9 @@ def cap_rule_save(
     stored = None if row.pk is None else CapRule.objects.filter(pk=row.pk).first()
     row.name = parsed.name
     row.name_folded = folded
-    row.line = line.strip(_BLANKS)
+    row.line = stored_line(line, parsed)
     row.enabled = enabled
+    row.shadow = parsed.shadow or bool(shadow)
     if description is not None:
         row.description = description
     row.save()
@@ -146,7 +161,8 @@ def rules_import(
 ) -> RulesImported:
     """Load a rules file: every line is checked first (``RulesFileRefused`` with every bad
     line, nothing changed), then all are created or updated by casefolded name in one
-    transaction, enabled, the file's spelling winning. ``replace`` also disables every enabled
+    transaction, enabled, the file's spelling winning (a line with ``shadow`` makes the rule a
+    shadow rule, one without an enforced rule). ``replace`` also disables every enabled
     rule the file does not name — refused with ``RulesReplaceRefused`` when that is every
     enabled rule, unless ``force``. The gates the rules name are created if missing, and
     reported (``gates_created``)."""
@@ -167,7 +183,12 @@ def rules_import(
         stored = {row.name_folded: row for row in CapRule.objects.filter(name_folded__in=named)}
         for line in parsed:
             row = stored.get(line.rule.name.casefold())
-            if row is not None and row.enabled and row.line == line.text.strip(_BLANKS):
+            if (
+                row is not None
+                and row.enabled
+                and row.shadow == line.rule.shadow
+                and row.line == stored_line(line.text, line.rule)
+            ):
                 # Nothing to save; the gate is still made sure of, as on every import.
                 if line.rule.action.kind is capcore.ActionKind.GATE:
                     gate_ensure(
@@ -180,6 +201,7 @@ def rules_import(
             cap_rule_save(
                 line=line.text,
                 enabled=True,
+                shadow=line.rule.shadow,
                 description=None,
                 by_user=by_user,
                 on_gate_created=gates_created.append,
@@ -207,12 +229,14 @@ def rules_import(
 
 def rules_file_text(*, rules: Iterable[CapRule]) -> str:
     """A rules file of these rules' canonical lines, sorted by name. A disabled rule is written
-    as a comment (so importing the file does not enable it); a stored line that no longer
-    parses is a ``# <name>: no longer parses`` comment."""
+    as a comment (so importing the file does not enable it); a shadow rule's line starts with
+    ``shadow``; a stored line that no longer parses is a ``# <name>: no longer parses``
+    comment."""
     out = []
     for row in sorted(rules, key=lambda r: (r.name_folded, r.name)):
         try:
-            canonical = capcore.parse_rule(row.line).to_line()
+            parsed = dataclasses.replace(capcore.parse_rule(row.line), shadow=row.shadow)
+            canonical = parsed.to_line()
         except capcore.RuleError:
             out.append(f"# {row.name}: no longer parses")
             continue

@@ -45,6 +45,7 @@ CALLS = "/api/v1/calls"
 SECRET = "ZQXJ"  # a distinctive argument value that must never come back in a reason
 STATE_KEYS = {
     "id",
+    "shadow",
     "status",
     "tool",
     "principal",

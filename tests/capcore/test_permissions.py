@@ -442,6 +442,28 @@ def test_expired_rule_is_ignored() -> None:
     assert evaluate("zqxj_read", rules=past).findings == ()
 
 
+def test_a_rule_bound_to_a_digest_speaks_only_for_arguments_with_that_digest() -> None:
+    digest, other = "a" * 64, "b" * 64
+    allow = (PermissionRule(1, "zqxj_push", Decision.ALLOW, RUN, arguments_sha256=digest),)
+
+    def held(arguments_sha256: str | None) -> list[str | None]:
+        return rules_of(
+            evaluate_permissions(
+                tool="zqxj_push",
+                mode=Mode.PROMPT,
+                rules=allow,
+                pins=(),
+                run_id=RUN,
+                now=NOW,
+                arguments_sha256=arguments_sha256,
+            )
+        )
+
+    assert held(digest) == []
+    assert held(other) == ["mode:prompt"]
+    assert held(None) == ["mode:prompt"]  # a digest unknown never matches one
+
+
 def test_expiry_compares_instants_across_time_zones() -> None:
     plus_two = timezone(timedelta(hours=2))
     # 12:00:01 at +02:00 is one second after NOW (10:00 UTC); 12:00:00 is NOW itself.

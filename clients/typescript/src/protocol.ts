@@ -54,6 +54,8 @@ export interface CallState {
   edited: boolean;
   original_arguments_sha256: string | null;
   reasons: Reason[];
+  /** What shadow cap rules would have said, as `reasons`: never enforced (older servers omit). */
+  shadow?: Reason[];
   gates: string[];
   approvals: { by: string; at: string }[];
   decision: Decision | null;

@@ -1,0 +1,183 @@
+"""``manage.py backtest RULES [--since ISO-8601] [--until ISO-8601] [--json]``: the recorded
+calls of a period replayed with a draft rule file in place of the cap rules, and what would
+have changed (docs/policy-lab.md, "Backtest a rule set"). Reads only. Exit status 0 with the
+report, 1 when evaluating a call failed unexpectedly, 2 when the rule file or a date is
+malformed or unreadable."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from approvals.selectors.backtest import calls_backtest
+from capcore.backtest import Backtest, ReplayFailed
+from capcore.rules import check_rules
+from capcore.verdict import Status
+
+logger = logging.getLogger(__name__)
+
+EXIT_FAILED = 1
+EXIT_MALFORMED = 2
+REPLAY_FAILED = "evaluating call {call} failed unexpectedly (logged); no report"
+BAD_MOMENT = "{option}: expected an ISO-8601 date or date and time, e.g. 2026-12-01T09:00:00Z"
+EMPTY_PERIOD = "--since must be before --until"
+CHANGES_SHOWN = 50
+HELD = "held"
+# The report's words for a verdict: capcore's, but "held" for a call held for a person.
+WORD = {
+    Status.ALLOWED: Status.ALLOWED.value,
+    Status.PENDING: HELD,
+    Status.REFUSED: Status.REFUSED.value,
+}
+
+
+def _plain(text: str) -> str:
+    return text
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def report_json(result: Backtest, *, since: datetime | None, until: datetime | None) -> object:
+    """The object ``--json`` prints (docs/policy-lab.md)."""
+    return {
+        "calls": result.calls,
+        "since": _iso(since),
+        "until": _iso(until),
+        "actual": {WORD[status]: count for status, count in result.actual.items()},
+        "replay": {WORD[status]: count for status, count in result.replay.items()},
+        "rules": {
+            name: {HELD: count.held, Status.REFUSED.value: count.refused}
+            for name, count in result.rules.items()
+        },
+        "changed": [
+            {
+                "call": change.call,
+                "actual": WORD[change.actual],
+                "replay": WORD[change.replay],
+                "rules": list(change.rules),
+            }
+            for change in result.changed
+        ],
+        "holds_per_day": {
+            "mean": float(result.holds_per_day_mean),
+            "max": result.holds_per_day_max,
+        },
+    }
+
+
+def report_lines(
+    result: Backtest, *, path: str, since: datetime | None, until: datetime | None
+) -> list[str]:
+    """The report for people: the counts side by side, each rule's, and the changed calls."""
+    period = f"from {_iso(since) or 'the first call'} to {_iso(until) or 'now'}"
+    plural = "" if result.calls == 1 else "s"
+    lines = [f"Backtest of {path}: {result.calls} call{plural} created {period}", ""]
+    lines.append(f"{'':8}" + "".join(f"{WORD[status]:>9}" for status in WORD))
+    for label, counts in (("actual", result.actual), ("replay", result.replay)):
+        row = "".join(f"{counts[status]:>9}" for status in WORD)
+        lines.append(f"{label:8}{row}")
+    lines += ["", "Calls the replay holds or refuses with each rule among the reasons:"]
+    width = max((len(name) for name in result.rules), default=0)
+    for name, count in result.rules.items():
+        lines.append(f"  {name:<{width}}  held {count.held:>7}  refused {count.refused:>7}")
+    if not result.rules:
+        lines.append("  (the rule file has no rules)")
+    days = "day" if result.days == 1 else "days"
+    lines += [
+        "",
+        f"Holds per day over {result.days} {days}: mean {result.holds_per_day_mean}, "
+        f"max {result.holds_per_day_max}",
+        "",
+        f"Changed: {len(result.changed)} call{'' if len(result.changed) == 1 else 's'}",
+    ]
+    for change in result.changed[:CHANGES_SHOWN]:
+        rules = ", ".join(change.rules) or "no rule of the file"
+        lines.append(f"  {change.call}  {WORD[change.actual]} -> {WORD[change.replay]}  ({rules})")
+    if len(result.changed) > CHANGES_SHOWN:
+        more = len(result.changed) - CHANGES_SHOWN
+        lines.append(f"  … and {more} more (--json lists every one)")
+    return lines
+
+
+class Command(BaseCommand):
+    help = (
+        "Replay the recorded calls created in a period, in creation order, with the rules of "
+        "a rule file in place of the current cap rules (everything else as configured now; "
+        "run counters and ledgers recomputed from empty), and report what would have "
+        "changed. Reads only. --json prints one object. Exit status 0; 1 when evaluating a call "
+        "failed unexpectedly; 2 for a malformed rule file or date (FILE:LINE:COLUMN: message "
+        "on stderr)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("rules", help="the draft rule file, one rule per line (docs/rules.md)")
+        parser.add_argument(
+            "--since", help="the first moment replayed (ISO-8601, UTC unless it says)"
+        )
+        parser.add_argument(
+            "--until", help="the moment the replay stops, excluded (ISO-8601, UTC unless it says)"
+        )
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def _malformed(self, lines: list[str]) -> NoReturn:
+        for line in lines:
+            self.stderr.write(line, style_func=_plain)
+        raise SystemExit(EXIT_MALFORMED)
+
+    def _read(self, path: str) -> str:
+        try:
+            # newline="" keeps a stray "\r" inside a line, for the rule parser to refuse.
+            with open(path, encoding="utf-8", newline="") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            self._malformed([f"{path}: no such file"])
+        except UnicodeDecodeError:
+            self._malformed([f"{path}: not UTF-8 text"])
+        except OSError as error:
+            self._malformed([f"{path}: cannot read ({error.strerror or 'error'})"])
+
+    def _moment(self, option: str, text: str | None) -> datetime | None:
+        """An ISO-8601 date (its UTC midnight) or date and time (UTC when it names no
+        offset); the text is never echoed."""
+        if text is None:
+            return None
+        try:
+            moment = datetime.fromisoformat(text.strip())
+        except ValueError:
+            self._malformed([BAD_MOMENT.format(option=option)])
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path: str = options["rules"]
+        since = self._moment("--since", options["since"])
+        until = self._moment("--until", options["until"])
+        if since is not None and until is not None and since >= until:
+            self._malformed([EMPTY_PERIOD])
+        rule_lines, rule_errors = check_rules(self._read(path))
+        if rule_errors:
+            self._malformed(
+                [f"{path}:{bad.line}:{bad.column}: {bad.message}" for bad in rule_errors]
+            )
+        rules = [line.rule for line in rule_lines]
+        try:
+            result = calls_backtest(rules=rules, since=since, until=until)
+        except ReplayFailed as failed:
+            logger.error("backtest: %s", failed, exc_info=failed.__cause__)
+            self.stderr.write(REPLAY_FAILED.format(call=failed.call), style_func=_plain)
+            raise SystemExit(EXIT_FAILED) from None
+        if options["json"]:
+            text = json.dumps(report_json(result, since=since, until=until), ensure_ascii=False)
+            self.stdout.write(text, style_func=_plain)
+            return
+        for line in report_lines(result, path=path, since=since, until=until):
+            self.stdout.write(line, style_func=_plain)
