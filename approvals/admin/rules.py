@@ -144,16 +144,7 @@ class CapRuleAdmin(AuditedAdmin):
     form = CapRuleForm
     # Few columns, so that the action stays on screen at 1280 px; a long tools list or cap is
     # cut short with an ellipsis (static/css/admin.css), whole in its tooltip and in the line.
-    list_display = (
-        "name",
-        "enabled",
-        "shadow",
-        "parses",
-        "tools",
-        "cap",
-        "rule_action",
-        "updated_at",
-    )
+    list_display = ("name", "state", "parses", "tools", "cap", "rule_action", "updated_at")
     list_filter = ("enabled", "shadow", ParsesFilter)
     search_fields = ("name", "line", "description")
     ordering = ("name_folded",)
@@ -191,6 +182,13 @@ class CapRuleAdmin(AuditedAdmin):
         # its columns, the action last, fit a 1280 px screen.
         extra_context = {**(extra_context or {}), "is_nav_sidebar_enabled": False}
         return super().changelist_view(request, extra_context)
+
+    @admin.display(description="state", ordering="enabled")
+    def state(self, obj: CapRule) -> str:
+        """Enabled and shadow in one column, so that the action stays on screen."""
+        if not obj.enabled:
+            return "off"
+        return "shadow" if obj.shadow else "enforced"
 
     @admin.display(description="parses")
     def parses(self, obj: CapRule) -> str:

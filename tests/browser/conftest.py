@@ -154,11 +154,17 @@ Screenshot = Callable[["Page", str], None]
 
 
 @pytest.fixture
-def screenshot(tmp_path: Path) -> Screenshot:
-    """Takes a page's picture: into docs/screenshots/ with ``COUNTERSIGN_SCREENSHOTS=1``
-    (``make screenshots``), else into the test's own folder, so a test run leaves the docs'
-    pictures as committed."""
-    folder = SCREENSHOTS if os.environ.get("COUNTERSIGN_SCREENSHOTS") == "1" else tmp_path
+def screenshots_folder(tmp_path: Path) -> Path:
+    """Where pictures go: docs/screenshots/ with ``COUNTERSIGN_SCREENSHOTS=1`` (``make
+    screenshots``), else the test's own folder, so a test run leaves the docs' pictures as
+    committed."""
+    return SCREENSHOTS if os.environ.get("COUNTERSIGN_SCREENSHOTS") == "1" else tmp_path
+
+
+@pytest.fixture
+def screenshot(screenshots_folder: Path) -> Screenshot:
+    """Takes a whole page's picture, from its top, into ``screenshots_folder``."""
+    folder = screenshots_folder
 
     def save(page: Page, name: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)

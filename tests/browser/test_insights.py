@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -12,7 +13,7 @@ from playwright.sync_api import expect
 
 from approvals.models import Approval, Call
 from approvals.services.decisions import call_decide
-from tests.browser.conftest import PASSWORD, SCREENSHOTS, Browsing
+from tests.browser.conftest import PASSWORD, Browsing
 from tests.factories import agent_make, call_make, payment, rule_make, user_make
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,7 +51,9 @@ def _history() -> None:
         )
 
 
-def test_the_charts_are_drawn_and_their_tables_match_the_database(browsing: Browsing) -> None:
+def test_the_charts_are_drawn_and_their_tables_match_the_database(
+    browsing: Browsing, screenshots_folder: Path
+) -> None:
     _history()
     page = browsing.logged_in("victor")
     page.get_by_role("link", name="Insights").click()
@@ -89,5 +92,4 @@ def test_the_charts_are_drawn_and_their_tables_match_the_database(browsing: Brow
         "() => Chart.getChart(document.getElementById('chart-approvers')).data.datasets"
         ".map(d => d.data)"
     ) == [[given["alice", True]], [given["alice", False]]]
-    SCREENSHOTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "insights.png"), full_page=True)
+    page.screenshot(path=str(screenshots_folder / "insights.png"), full_page=True)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -23,7 +24,7 @@ from playwright.sync_api import Page, expect
 from approvals.models import Call, CapRule
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import call_cancel, calls_expire_due
-from tests.browser.conftest import PASSWORD, SCREENSHOTS, Browsing, wait_live
+from tests.browser.conftest import PASSWORD, Browsing, wait_live
 from tests.factories import agent_make, call_make, payment, rule_make, user_make
 from tests.live import LiveServer
 
@@ -155,7 +156,7 @@ def test_pills_chips_and_gate_names_never_break_mid_word(
 
 
 def test_on_a_phone_the_amount_and_approve_stay_in_reach_and_approve_works(
-    browsing: Browsing,
+    browsing: Browsing, screenshots_folder: Path
 ) -> None:
     pending = off_the_loop(held_calls)
     page = browsing.logged_in("alice")
@@ -170,7 +171,7 @@ def test_on_a_phone_the_amount_and_approve_stay_in_reach_and_approve_works(
     assert in_viewport(page, ".decision button.approve")
     assert in_viewport(page, ".decision button.deny")
     # What a phone shows on load (a full-page shot would draw the fixed bar mid-page).
-    page.screenshot(path=str(SCREENSHOTS / "call-phone.png"))
+    page.screenshot(path=str(screenshots_folder / "call-phone.png"))
 
     # Everything can still be read: halfway down, and the last panel clear of the bar.
     page.locator(".arguments").scroll_into_view_if_needed()
