@@ -7,7 +7,6 @@ admin the line they typed themselves.
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Any
 
 from django import forms
@@ -15,10 +14,13 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 
 import capcore
 from approvals.admin.base import AuditedAdmin, signed_in_user
+from approvals.admin.caret import rule_line_caret
+from approvals.admin.lab import rules_lab
 from approvals.models import Budget, CapRule, PermissionRule, ToolClass
 from approvals.selectors.rules import stored_rule
 from approvals.services.rules import (
@@ -39,7 +41,6 @@ SHADOW_HELP = (
     "every call, in ledgers of its own, and never holds or refuses one; clearing the box "
     "enforces it (audited)."
 )
-CARET_CONTEXT = 60  # characters of the line shown on each side of the caret
 
 
 def _money(limit: capcore.Limit) -> str:
@@ -52,37 +53,9 @@ def _clipped(text: str) -> str:
     return format_html('<span class="cs-clip" title="{}">{}</span>', text, text)
 
 
-def _shown(char: str) -> str:
-    """A tab as one blank (it counts one column); a character that prints as nothing or as a
-    blank no-one can tell apart as U+FFFD, so that it can be seen under the caret."""
-    if char == "\t":
-        return " "
-    return char if char.isprintable() else "\ufffd"
-
-
-def _cells(char: str) -> int:
-    """How many cells of a monospace font ``char`` takes, so the caret lands under it."""
-    if unicodedata.category(char) in ("Mn", "Me"):  # combining marks sit on the one before
-        return 0
-    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
-
-
 def gate_created_warning(request: HttpRequest) -> GateCreated:
     """Says, on the next page, that a save created a gate: a misspelt name makes one."""
     return lambda name: messages.warning(request, GATE_CREATED.format(name=name))
-
-
-def rule_line_caret(line: str, column: int) -> str:
-    """The admin's own line, ``CARET_CONTEXT`` characters either side of ``column``, with a
-    ``^`` under that column (docs/rules.md, "Error messages")."""
-    index = column - 1
-    start = max(0, index - CARET_CONTEXT)
-    end = index + CARET_CONTEXT
-    shown = [_shown(char) for char in line[start:end]]
-    prefix = "…" if start else ""
-    suffix = "…" if end < len(line) else ""
-    pad = len(prefix) + sum(_cells(char) for char in shown[: index - start])
-    return format_html("<pre>{}\n{}^</pre>", prefix + "".join(shown) + suffix, " " * pad)
 
 
 class CapRuleForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -149,6 +122,18 @@ class CapRuleAdmin(AuditedAdmin):
     search_fields = ("name", "line", "description")
     ordering = ("name_folded",)
     actions = ["export_rules_file"]
+
+    def get_urls(self) -> list[URLPattern]:
+        # Before the model's own, whose "<path:object_id>/" would take "lab" for an id.
+        lab = path(
+            "lab/",
+            self.admin_site.admin_view(self.lab_view),
+            name="approvals_caprule_lab",
+        )
+        return [lab, *super().get_urls()]
+
+    def lab_view(self, request: HttpRequest) -> HttpResponse:
+        return rules_lab(request, admin_site=self.admin_site)  # type: ignore[arg-type]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         # The service creates the gates the rule names and writes the one entry of the save.

@@ -13,6 +13,7 @@ import capcore
 from approvals.models import Agent, Call, PermissionRule
 from approvals.selectors.policies import policy_for_agent
 from capcore.backtest import AgentSettings, Backtest, PastCall, backtest
+from capcore.verdict import Status
 
 CHUNK = 2000
 # A permission rule created after its list was read applies to no past call.
@@ -33,6 +34,64 @@ _FIELDS = (
     "decided_at",
     "updated_at",
 )
+
+
+HELD = "held"
+# The report's words for a verdict: capcore's, but "held" for a call held for a person.
+WORD = {
+    Status.ALLOWED: Status.ALLOWED.value,
+    Status.PENDING: HELD,
+    Status.REFUSED: Status.REFUSED.value,
+}
+
+
+def moment_parse(text: str) -> datetime:
+    """An ISO-8601 date (its UTC midnight) or date and time (UTC when it names no offset), in
+    UTC; ``ValueError`` otherwise, whose message the caller never shows (it quotes the text)."""
+    moment = datetime.fromisoformat(text.strip())
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # the first or last day of the calendar, with an offset
+        raise ValueError("out of range") from None
+
+
+def moment_iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def backtest_report(
+    result: Backtest, *, since: datetime | None, until: datetime | None
+) -> dict[str, object]:
+    """The report as one object: what ``manage.py backtest --json`` prints and the Rules lab
+    shows (docs/policy-lab.md)."""
+    return {
+        "calls": result.calls,
+        "since": moment_iso(since),
+        "until": moment_iso(until),
+        "actual": {WORD[status]: count for status, count in result.actual.items()},
+        "replay": {WORD[status]: count for status, count in result.replay.items()},
+        "rules": {
+            name: {HELD: count.held, Status.REFUSED.value: count.refused}
+            for name, count in result.rules.items()
+        },
+        "changed": [
+            {
+                "call": change.call,
+                "actual": WORD[change.actual],
+                "replay": WORD[change.replay],
+                "rules": list(change.rules),
+            }
+            for change in result.changed
+        ],
+        "holds_per_day": {
+            "mean": float(result.holds_per_day_mean),
+            "max": result.holds_per_day_max,
+        },
+    }
 
 
 def _period(since: datetime | None, until: datetime | None) -> Q:
@@ -96,6 +155,11 @@ def calls_replayed(*, since: datetime | None, until: datetime | None) -> Iterato
         .iterator(chunk_size=CHUNK)
     )
     return (_past_call(row) for row in rows)
+
+
+def calls_in_period_count(*, since: datetime | None, until: datetime | None) -> int:
+    """How many calls a backtest of [``since``, ``until``) would replay."""
+    return Call.objects.filter(_period(since, until)).count()
 
 
 def agent_settings(*, agent: Agent) -> AgentSettings:

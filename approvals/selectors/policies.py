@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db.models import F, Q
@@ -75,6 +76,20 @@ def policy_at_stamp(*, agent: Agent, stamp: int | None) -> AgentPolicy:
             policies.clear()
         policies[agent.pk] = policy
     return policy
+
+
+def policy_with_cap_rules(*, policy: AgentPolicy, rules: Sequence[capcore.Rule]) -> AgentPolicy:
+    """``policy`` with ``rules`` (a draft, shadow ones flagged) in place of the stored cap
+    rules, as if imported now: a rule reads the ledgers its name keeps (the Rules lab)."""
+    enforced = tuple(rule for rule in rules if not rule.shadow)
+    shadow = tuple(rule for rule in rules if rule.shadow)
+    return dataclasses.replace(
+        policy,
+        cap_rules=enforced,
+        cap_rules_unreadable=False,
+        windows={ledger_rule(rule): rule.window for rule in (*enforced, *shadow)},
+        shadow_rules=shadow,
+    )
 
 
 def _policy_read(agent: Agent) -> AgentPolicy:

@@ -38,7 +38,12 @@ from approvals.selectors.ledgers import (
     ledgers_reserved,
     ledgers_spent,
 )
-from approvals.selectors.policies import AgentPolicy, policy_at_stamp, policy_for_agent
+from approvals.selectors.policies import (
+    AgentPolicy,
+    policy_at_stamp,
+    policy_for_agent,
+    policy_with_cap_rules,
+)
 from approvals.services.audit import audit_deferred, audit_record
 from approvals.services.ledgers import ledger_reservations_release, ledger_reserve
 from approvals.services.statements import (
@@ -435,15 +440,22 @@ def _rolled_back() -> Iterator[None]:
 
 
 def call_evaluate_only(
-    *, agent: Agent, submission: Submission, now: datetime | None = None
+    *,
+    agent: Agent,
+    submission: Submission,
+    now: datetime | None = None,
+    cap_rules: Sequence[capcore.Rule] | None = None,
 ) -> capcore.Evaluation:
     """What ``call_submit`` would decide of ``submission`` now — the same policy, mode, run
     counters and ledger totals (recorded plus reserved) — recording nothing: the call is not
     counted, no ledger is created or locked, and its idempotency key is not looked at
-    (nothing is stored that a replay could return)."""
+    (nothing is stored that a replay could return). ``cap_rules``, when given, stand in for
+    the stored cap rules (a draft in the Rules lab); everything else is as configured."""
     with _rolled_back():
         stamp = policy_stamp_read()
         policy = policy_at_stamp(agent=agent, stamp=stamp)
+        if cap_rules is not None:
+            policy = policy_with_cap_rules(policy=policy, rules=cap_rules)
         request = _request_of(submission)
         keys = capcore.ledgers_of_call(request, policy.every_cap_rule)
         wanted = {ledger_identity(key): key for key in keys}

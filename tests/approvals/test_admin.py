@@ -16,8 +16,8 @@ from django.test import Client
 from django.urls import reverse
 
 import capcore
+from approvals.admin.caret import CARET_CONTEXT, rule_line_caret
 from approvals.admin.gates import BAD_GATE_NAME, GateForm
-from approvals.admin.rules import CARET_CONTEXT, rule_line_caret
 from approvals.models import (
     Agent,
     AgentToken,

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from approvals.selectors.backtest import calls_backtest
+from approvals.selectors.backtest import (
+    WORD,
+    backtest_report,
+    calls_backtest,
+    moment_iso,
+    moment_parse,
+)
 from capcore.backtest import Backtest, ReplayFailed
 from capcore.rules import check_rules
-from capcore.verdict import Status
 
 logger = logging.getLogger(__name__)
 
@@ -26,58 +31,17 @@ REPLAY_FAILED = "evaluating call {call} failed unexpectedly (logged); no report"
 BAD_MOMENT = "{option}: expected an ISO-8601 date or date and time, e.g. 2026-12-01T09:00:00Z"
 EMPTY_PERIOD = "--since must be before --until"
 CHANGES_SHOWN = 50
-HELD = "held"
-# The report's words for a verdict: capcore's, but "held" for a call held for a person.
-WORD = {
-    Status.ALLOWED: Status.ALLOWED.value,
-    Status.PENDING: HELD,
-    Status.REFUSED: Status.REFUSED.value,
-}
 
 
 def _plain(text: str) -> str:
     return text
 
 
-def _iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def report_json(result: Backtest, *, since: datetime | None, until: datetime | None) -> object:
-    """The object ``--json`` prints (docs/policy-lab.md)."""
-    return {
-        "calls": result.calls,
-        "since": _iso(since),
-        "until": _iso(until),
-        "actual": {WORD[status]: count for status, count in result.actual.items()},
-        "replay": {WORD[status]: count for status, count in result.replay.items()},
-        "rules": {
-            name: {HELD: count.held, Status.REFUSED.value: count.refused}
-            for name, count in result.rules.items()
-        },
-        "changed": [
-            {
-                "call": change.call,
-                "actual": WORD[change.actual],
-                "replay": WORD[change.replay],
-                "rules": list(change.rules),
-            }
-            for change in result.changed
-        ],
-        "holds_per_day": {
-            "mean": float(result.holds_per_day_mean),
-            "max": result.holds_per_day_max,
-        },
-    }
-
-
 def report_lines(
     result: Backtest, *, path: str, since: datetime | None, until: datetime | None
 ) -> list[str]:
     """The report for people: the counts side by side, each rule's, and the changed calls."""
-    period = f"from {_iso(since) or 'the first call'} to {_iso(until) or 'now'}"
+    period = f"from {moment_iso(since) or 'the first call'} to {moment_iso(until) or 'now'}"
     plural = "" if result.calls == 1 else "s"
     lines = [f"Backtest of {path}: {result.calls} call{plural} created {period}", ""]
     lines.append(f"{'':8}" + "".join(f"{WORD[status]:>9}" for status in WORD))
@@ -150,12 +114,9 @@ class Command(BaseCommand):
         if text is None:
             return None
         try:
-            moment = datetime.fromisoformat(text.strip())
+            return moment_parse(text)
         except ValueError:
             self._malformed([BAD_MOMENT.format(option=option)])
-        if moment.tzinfo is None or moment.utcoffset() is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.astimezone(UTC)
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: str = options["rules"]
@@ -176,7 +137,7 @@ class Command(BaseCommand):
             self.stderr.write(REPLAY_FAILED.format(call=failed.call), style_func=_plain)
             raise SystemExit(EXIT_FAILED) from None
         if options["json"]:
-            text = json.dumps(report_json(result, since=since, until=until), ensure_ascii=False)
+            text = json.dumps(backtest_report(result, since=since, until=until), ensure_ascii=False)
             self.stdout.write(text, style_func=_plain)
             return
         for line in report_lines(result, path=path, since=since, until=until):
