@@ -72,6 +72,12 @@ class Gate(models.Model):
     timeout_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="Empty = COUNTERSIGN_HOLD_TIMEOUT."
     )
+    require_passkey = models.BooleanField(
+        "require a passkey",
+        default=False,
+        help_text="Approving or denying a call held here needs a passkey touch made for that "
+        'decision (docs/identity.md, "Step-up at a gate").',
+    )
 
     class Meta:
         constraints = [
@@ -514,6 +520,8 @@ class AuditEntry(models.Model):
         LOGIN_LOCKED_OUT = "login locked out", "login locked out"
         LOGIN_UNLOCKED = "login unlocked", "login unlocked"
         NOTIFICATION_RETRIED = "notification retried", "notification retried"
+        PASSKEY_ADDED = "passkey added", "passkey added"
+        PASSKEY_REMOVED = "passkey removed", "passkey removed"
 
         @classmethod
         def call(cls, status: str) -> AuditEntry.Action:

@@ -92,6 +92,8 @@ AUTHENTICATION_BACKENDS = [
     "approvals.accounts.throttle.LoginThrottle",
     PASSWORD_BACKEND,
     "identity.backends.SsoBackend",
+    # Signs nobody in by itself: the passkey ceremony logs the person in through it.
+    "identity.backends.PasskeyBackend",
 ]
 
 # Messages stay on the server: admin shows a new API token once through one.

@@ -16,7 +16,7 @@ from typing import Any
 import jwt
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.backends import BaseBackend, ModelBackend
 from django.contrib.auth.models import User
 from django.core.exceptions import SuspiciousOperation
 from django.http import HttpRequest
@@ -150,3 +150,11 @@ class SsoBackend(OIDCAuthenticationBackend):
             return None
         found: User | None = ModelBackend.get_user(self, user_id)
         return found
+
+
+class PasskeyBackend(BaseBackend):
+    """The backend a passkey sign-in logs the person in with (``identity.passkeys``): it
+    authenticates nobody itself, and keeps the session of an active person."""
+
+    def get_user(self, user_id: int) -> User | None:
+        return User.objects.filter(pk=user_id, is_active=True).first()

@@ -36,7 +36,7 @@ class GateForm(forms.ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = Gate
-        fields = ["name", "group", "required_approvals", "timeout_seconds"]
+        fields = ["name", "group", "required_approvals", "timeout_seconds", "require_passkey"]
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"]
@@ -52,7 +52,13 @@ class GateForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(Gate)
 class GateAdmin(AuditedAdmin):
     form = GateForm
-    list_display = ("gate_name", "group", "required_approvals", "timeout_seconds")
+    list_display = (
+        "gate_name",
+        "group",
+        "required_approvals",
+        "timeout_seconds",
+        "require_passkey",
+    )
     search_fields = ("name",)
     ordering = ("name",)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet, Value
@@ -44,14 +45,26 @@ def _closed_to(user: User) -> Q:
     return Q(group__isnull=False) & ~Q(group__in=user.groups.values("pk"))
 
 
-def gates_for_user(*, user: User) -> tuple[dict[str, int], tuple[str, ...]]:
-    """Every gate's required approvals, and the gates closed to ``user`` (held by a group
-    they are not in), in one query."""
+@dataclass(frozen=True, slots=True)
+class GatesForUser:
+    """Every gate's required approvals, the gates closed to one person (held by a group
+    they are not in), and the gates that require a passkey."""
+
+    required: dict[str, int]
+    closed: tuple[str, ...]
+    passkey: frozenset[str]
+
+
+def gates_read_for_user(*, user: User) -> GatesForUser:
+    """``GatesForUser`` in one query."""
     rows = Gate.objects.annotate(
         closed=ExpressionWrapper(_closed_to(user), output_field=BooleanField())
-    ).values_list("name", "required_approvals", "closed")
-    required = {name: approvals for name, approvals, _ in rows}
-    return required, tuple(sorted(name for name, _, shut in rows if shut))
+    ).values_list("name", "required_approvals", "closed", "require_passkey")
+    return GatesForUser(
+        required={name: approvals for name, approvals, _, _ in rows},
+        closed=tuple(sorted(name for name, _, shut, _ in rows if shut)),
+        passkey=frozenset(name for name, _, _, passkey in rows if passkey),
+    )
 
 
 def _may_decide_any(user: User) -> bool:
@@ -60,7 +73,7 @@ def _may_decide_any(user: User) -> bool:
 
 def decidable_filter(*, user: User, closed: tuple[str, ...]) -> Q:
     """The calls ``user`` may decide, as a filter on calls; ``closed`` from
-    ``gates_for_user``."""
+    ``gates_read_for_user``."""
     if not _may_decide_any(user):
         return Q(Value(False))
     decidable = ~Q(principal=user.get_username())

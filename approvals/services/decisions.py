@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,7 +26,7 @@ from approvals.selectors.calls import call_findings
 from approvals.selectors.deciders import (
     calls_decidable,
     decidable_value,
-    gates_for_user,
+    gates_read_for_user,
     required_approvals,
 )
 from approvals.services.audit import audit_deferred, audit_entries_record, audit_entry
@@ -41,6 +41,7 @@ from approvals.services.calls import (
 )
 from approvals.services.ledgers import ledger_reservations_release, ledger_reserve
 from approvals.services.statements import policy_stamp_read
+from approvals.stepup import VerifiedPasskey
 from capcore.permissions import held_by_mode_only
 from config.runtime.sqlite_writers import write_transaction
 from notifications.outbox import notifications_enqueue
@@ -73,6 +74,11 @@ class BadArguments(errors.Invalid):
     """Edited arguments that are not a strict JSON object; the message is the reader's."""
 
 
+class PasskeyRequired(errors.NotPermitted):
+    """The call is held at a gate that requires a passkey, and the decision carries no
+    assertion made for it (this call, its digest and this verb)."""
+
+
 class EditRefused(DecisionConflict):
     """A policy refuses the edited call; the message names the refusing rules."""
 
@@ -88,6 +94,13 @@ SCOPE_UNKNOWN = (
 SCOPE_NOT_GRANTABLE = (
     "only a call held by its permission mode alone may grant more than this call: approve it "
     "with scope once; the decision was not recorded"
+)
+PASSKEY_REQUIRED = (
+    "This call is held at a gate that requires a passkey: approve or deny it with your "
+    "passkey. The decision was not recorded."
+)
+PASSKEY_NOT_FOR_THIS = (
+    "The passkey assertion was not made for this decision. The decision was not recorded."
 )
 # How long an ``hour`` grant lasts from the approval.
 HOUR_GRANT = timedelta(hours=1)
@@ -115,28 +128,57 @@ def user_may_decide(*, user: User, call: Call) -> bool:
 @dataclass(frozen=True, slots=True)
 class _Deciding:
     """A call locked for a decision by ``user``: whether they may decide it as stored, and
-    every gate's required approvals."""
+    every gate's required approvals, and the gates that require a passkey."""
 
     call: Call
     may_decide: bool
     required: dict[str, int]
+    passkey_gates: frozenset[str]
 
 
 def _call_lock_deciding(*, call_id: uuid.UUID, user: User) -> _Deciding | None:
     """The call locked with its agent, and who-may-decide answered in the same statement
     (``deciders.decidable_value``). The gates are read just before: a gate change committed
     while the decision waits for the call's lock is ordered after the decision."""
-    required, closed = gates_for_user(user=user)
+    gates = gates_read_for_user(user=user)
     found = (
         Call.objects.select_for_update(of=("self",))
         .select_related("agent")
-        .annotate(may_decide=decidable_value(user=user, closed=closed))
+        .annotate(may_decide=decidable_value(user=user, closed=gates.closed))
         .filter(pk=call_id)
         .first()
     )
     if found is None:
         return None
-    return _Deciding(call=found, may_decide=bool(found.may_decide), required=required)
+    return _Deciding(
+        call=found,
+        may_decide=bool(found.may_decide),
+        required=gates.required,
+        passkey_gates=gates.passkey,
+    )
+
+
+def _passkey_check(
+    *,
+    call: Call,
+    user: User,
+    approve: bool,
+    passkey_gates: frozenset[str],
+    passkey: VerifiedPasskey | None,
+) -> None:
+    """At a gate that requires a passkey, the decision needs an assertion made by ``user``
+    for this call, its current digest and this verb; else ``PasskeyRequired``."""
+    if not passkey_gates.intersection(call.gates):
+        return
+    if passkey is None:
+        raise PasskeyRequired(PASSKEY_REQUIRED)
+    if (
+        passkey.user_id != user.pk
+        or passkey.call_id != call.pk
+        or passkey.arguments_sha256 != call.arguments_sha256
+        or passkey.approve != approve
+    ):
+        raise PasskeyRequired(PASSKEY_NOT_FOR_THIS)
 
 
 def _quorum_met(call: Call, approvals: Sequence[Approval], required: dict[str, int]) -> bool:
@@ -167,17 +209,27 @@ def _approval_recorded(given: int, gates: list[str], required: dict[str, int]) -
 
 
 def _decision_entry(
-    *, call: Call, user: User, approve: bool, comment: str, recorded: str, now: datetime
+    *,
+    call: Call,
+    user: User,
+    approve: bool,
+    comment: str,
+    recorded: str,
+    now: datetime,
+    passkey: VerifiedPasskey | None = None,
 ) -> AuditEntry:
     """The decider's own entry. An approval that left the call pending (a quorum still to
     meet, or a re-check that held it again or refused it, in entries of their own) is
-    ``call pending`` with how far the quorum came, not ``call approved``."""
+    ``call pending`` with how far the quorum came, not ``call approved``. A decision made
+    with a passkey keeps the assertion: ``{"comment": …, "passkey": …}``."""
     if approve and call.status != Call.Status.APPROVED:
         after = f"{recorded}: {comment}" if comment else recorded
         action = AuditEntry.Action.CALL_PENDING
     else:
         after = comment
         action = AuditEntry.Action.CALL_APPROVED if approve else AuditEntry.Action.CALL_DENIED
+    if passkey is not None:
+        after = json.dumps({"comment": after, "passkey": passkey.evidence()}, sort_keys=True)
     return audit_entry(action=action, obj=call, user=user, after=after, at=now)
 
 
@@ -404,10 +456,15 @@ def call_decide(
     scope: str = Approval.Scope.ONCE,
     arguments: str | None = None,
     now: datetime | None = None,
+    passkey: VerifiedPasskey | None = None,
 ) -> Call:
     """Record one eligible user's first decision; finish the call when the quorum is met or
     on a deny. Otherwise raises, changing nothing, in this order: ``CallNotFound``,
-    ``NotEligible``, ``BadScope`` or ``BadArguments``, ``DecisionConflict``.
+    ``NotEligible``, ``BadScope`` or ``BadArguments``, ``DecisionConflict``,
+    ``PasskeyRequired``.
+
+    ``passkey``: the assertion verified for this decision, needed when a gate of the call
+    requires a passkey (``stepup``); kept in the decision's audit entry.
 
     ``arguments``: the approver's edit of the call's arguments (an approval only). Absent
     or byte-identical to the call's current arguments, it is an ordinary approval;
@@ -421,6 +478,7 @@ def call_decide(
         scope=scope,
         arguments=arguments,
         now=now,
+        passkey=passkey,
     )
     return decided.call
 
@@ -435,6 +493,7 @@ def _decide(
     scope: str,
     arguments: str | None,
     now: datetime | None,
+    passkey: VerifiedPasskey | None = None,
 ) -> Decided:
     """``call_decide``'s work in the caller's transaction, with what became of the call."""
     clock = now
@@ -468,6 +527,13 @@ def _decide(
         raise DecisionConflict(Conflict.FINAL.value)
     if arguments_sha256 != call.arguments_sha256:
         raise DecisionConflict(Conflict.STALE.value)
+    _passkey_check(
+        call=call,
+        user=user,
+        approve=approve,
+        passkey_gates=deciding.passkey_gates,
+        passkey=passkey,
+    )
     # Read once: for the second-decision check, the quorum, and the state pushed. Only the
     # approvals of the current version count: an edit voids the earlier ones.
     approvals = list(
@@ -487,6 +553,8 @@ def _decide(
             clock=clock,
             required=required,
             stamp=stamp,
+            passkey_gates=deciding.passkey_gates,
+            passkey=passkey,
         )
     approvals.append(
         _approval_add(call=call, user=user, approve=approve, comment=comment, scope=scope, now=now)
@@ -522,7 +590,13 @@ def _decide(
     recorded = "" if ended else _approval_recorded(given, held_at, required)
     entries.append(
         _decision_entry(
-            call=call, user=user, approve=approve, comment=comment, recorded=recorded, now=now
+            call=call,
+            user=user,
+            approve=approve,
+            comment=comment,
+            recorded=recorded,
+            now=now,
+            passkey=passkey,
         )
     )
     audit_entries_record([*entries, *after])
@@ -540,6 +614,8 @@ def _edit_and_approve(
     clock: datetime | None,
     required: dict[str, int],
     stamp: int | None,
+    passkey_gates: frozenset[str] = frozenset(),
+    passkey: VerifiedPasskey | None = None,
 ) -> Decided:
     """The edit of a pending call's arguments, and the editor's approval of the edited call
     (the caller holds the call's lock and has checked the rest of the decision).
@@ -584,6 +660,10 @@ def _edit_and_approve(
         raise EditNotEligible(EDIT_NOT_ELIGIBLE.format(gates=_gate_names(call.gates)))
     if scope != Approval.Scope.ONCE and not held_by_mode_only(verdict.reasons):
         raise BadScope(SCOPE_NOT_GRANTABLE)
+    # An edit that moves the call to a passkey gate needs the approver's passkey too (the
+    # assertion made for the call as shown to them).
+    if passkey is None and passkey_gates.intersection(call.gates):
+        raise PasskeyRequired(PASSKEY_REQUIRED)
     Approval.objects.filter(call=call, voided_at__isnull=True).update(voided_at=now)
     approval = _approval_add(
         call=call, user=user, approve=True, comment=comment, scope=scope, now=now
@@ -634,7 +714,13 @@ def _edit_and_approve(
     )
     entries.append(
         _decision_entry(
-            call=call, user=user, approve=True, comment=comment, recorded=recorded, now=now
+            call=call,
+            user=user,
+            approve=True,
+            comment=comment,
+            recorded=recorded,
+            now=now,
+            passkey=passkey,
         )
     )
     audit_entries_record(entries)
@@ -700,11 +786,13 @@ def calls_decide(
     comment: str,
     calls: Sequence[str],
     now: datetime | None = None,
+    passkeys: Mapping[uuid.UUID, VerifiedPasskey] | None = None,
 ) -> list[BatchOutcome]:
     """Decide each of ``calls`` (``<call id>:<arguments_sha256 shown>``) with one comment,
     scope ``once``: each as ``call_decide`` does, checked and recorded exactly as if decided
     alone. One outcome per distinct call, in the order given; a call that cannot be decided
-    is reported and the others are decided all the same.
+    is reported and the others are decided all the same. A call at a passkey gate needs its
+    own assertion in ``passkeys`` (by call id), else it is refused with the reason.
 
     The batch is one transaction, each call a savepoint in it (a call that fails rolls back
     alone), and its pushes go out together after the commit: one commit and one hop to the
@@ -724,7 +812,10 @@ def calls_decide(
             if call_id in seen:
                 continue
             seen.add(call_id)
-            outcomes.append(_batch_decide(field, call_id, digest, user, approve, comment, now))
+            passkey = (passkeys or {}).get(call_id)
+            outcomes.append(
+                _batch_decide(field, call_id, digest, user, approve, comment, now, passkey)
+            )
     return outcomes
 
 
@@ -736,6 +827,7 @@ def _batch_decide(
     approve: bool,
     comment: str,
     now: datetime | None,
+    passkey: VerifiedPasskey | None,
 ) -> BatchOutcome:
     try:
         # A call that fails rolls back alone (its savepoint), and its audit entries with it.
@@ -749,6 +841,7 @@ def _batch_decide(
                 scope=Approval.Scope.ONCE,
                 arguments=None,
                 now=now,
+                passkey=passkey,
             )
     except errors.ApplicationError as error:
         return BatchOutcome(field, call_id, _refusal(error))

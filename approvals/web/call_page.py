@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,7 @@ from approvals.selectors.deciders import decidable_call_ids, required_approvals
 from approvals.selectors.ledgers import LedgerShown, keys_shown
 from approvals.selectors.rules import stored_rules
 from capcore.permissions import held_by_mode_only
+from identity.models import Passkey
 
 # How many of the held calls reserving in a ledger the page links to.
 RESERVED_LINKS = 5
@@ -44,6 +46,34 @@ class GateProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class TrailLine:
+    """One audit entry as the trail says it: ``said``, its text (a decision made with a
+    passkey keeps its comment beside the assertion); ``passkey``, whether it was."""
+
+    entry: AuditEntry
+    said: str
+    passkey: bool
+
+
+DECISIONS = (
+    AuditEntry.Action.CALL_APPROVED,
+    AuditEntry.Action.CALL_DENIED,
+    AuditEntry.Action.CALL_PENDING,
+)
+
+
+def _trail_line(entry: AuditEntry) -> TrailLine:
+    if entry.action in DECISIONS and entry.user_id is not None and entry.after.startswith("{"):
+        try:
+            kept = json.loads(entry.after)
+        except ValueError:
+            kept = None
+        if isinstance(kept, dict) and "passkey" in kept:
+            return TrailLine(entry, str(kept.get("comment", "")), passkey=True)
+    return TrailLine(entry, entry.after, passkey=False)
+
+
+@dataclass(frozen=True, slots=True)
 class CallPage:
     """What the call page shows one person: the call, its arguments for people, its caps,
     its gates and approvals, their own decision if any, and the call's audit trail."""
@@ -65,6 +95,13 @@ class CallPage:
     waiting: Waiting | None = None
     # The agent's original arguments for people, when an approver edited them ("" if not).
     original_pretty: str = ""
+    # A gate of the call requires a passkey, and whether this person has one.
+    passkey_required: bool = False
+    has_passkey: bool = False
+
+    @property
+    def trail(self) -> list[TrailLine]:
+        return [_trail_line(entry) for entry in self.audit]
 
     @property
     def edited_by(self) -> str:
@@ -138,6 +175,7 @@ def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) ->
         gate.name: gate for gate in Gate.objects.filter(name__in=call.gates).select_related("group")
     }
     required = {name: gate.required_approvals for name, gate in gates.items()}
+    passkey_required = any(gate.require_passkey for gate in gates.values())
     # Those given to an earlier version of the arguments (before an edit) are void.
     current = (a for a in call.approvals.all() if a.voided_at is None)
     approvals = tuple(sorted(current, key=lambda a: (a.created_at, a.pk)))
@@ -169,4 +207,6 @@ def call_page(*, call_id: uuid.UUID, user: User, now: datetime | None = None) ->
         now=now,
         waiting=presence_of([call]).get(call.pk) if call.status == Call.Status.PENDING else None,
         original_pretty=original,
+        passkey_required=passkey_required,
+        has_passkey=passkey_required and Passkey.objects.filter(user=user).exists(),
     )

@@ -20,7 +20,7 @@ from approvals.selectors.caps import call_amounts, cap_assessments, held_by
 from approvals.selectors.deciders import (
     DECIDE_PERMISSION,
     decidable_filter,
-    gates_for_user,
+    gates_read_for_user,
     required_approvals,
 )
 from approvals.selectors.rules import StoredRule, stored_rules
@@ -238,7 +238,8 @@ def _row(
 def queue_for_user(*, user: User, now: datetime | None = None) -> Queue:
     """Two counts and at most ``QUEUE_SECTION_LIMIT`` rows a section, read and assessed: the
     cost follows the rows shown, not the pending calls."""
-    required, closed = gates_for_user(user=user)
+    gates = gates_read_for_user(user=user)
+    required, closed = gates.required, gates.closed
     read = queue_read(
         user_id=user.pk,
         decidable=decidable_filter(user=user, closed=closed),

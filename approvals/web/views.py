@@ -31,12 +31,14 @@ from approvals.models import Approval
 from approvals.selectors.deciders import DECIDE_PERMISSION, may_view
 from approvals.services.decisions import BATCH_LIMIT, call_decide, calls_decide
 from approvals.services.lifecycle import call_extend
+from approvals.stepup import VerifiedPasskey
 from approvals.web.call_page import call_page
 from approvals.web.forms import HistoryFilterForm, history_page, posted_arguments
 from approvals.web.history_page import history_calls, history_rows
 from approvals.web.htmx import HtmxHttpRequest
 from approvals.web.querystring import BadQuery, checks_own_query, query_refused, single_values
 from approvals.web.queue_page import batch_result, queue_for_user
+from identity.passkeys import PasskeyRefused, stepup_verify
 
 HISTORY_PAGE_SIZE = 50
 # A batch's report, kept in the session from the plain form's POST to the queue it redirects to.
@@ -114,7 +116,11 @@ def calls_decide_many(request: HtmxHttpRequest) -> HttpResponse:
     if not user.has_perm(DECIDE_PERMISSION):
         raise PermissionDenied
     outcomes = calls_decide(
-        user=user, approve=approve, comment=request.POST.get("comment", ""), calls=fields
+        user=user,
+        approve=approve,
+        comment=request.POST.get("comment", ""),
+        calls=fields,
+        passkeys=_batch_passkeys(request, user, fields, approve=approve),
     )
     report = [
         (
@@ -135,6 +141,30 @@ def calls_decide_many(request: HtmxHttpRequest) -> HttpResponse:
     return HttpResponseRedirect("/", status=303)
 
 
+def _batch_passkeys(
+    request: HtmxHttpRequest, user: User, fields: list[str], *, approve: bool
+) -> dict[uuid.UUID, VerifiedPasskey]:
+    """The assertions posted for calls of a batch (``passkey_credential:<call id>`` and
+    ``passkey_nonce:<call id>``), each verified for its call and digest; one that does not
+    verify is left out, and the decision service refuses its call with the reason."""
+    verified: dict[uuid.UUID, VerifiedPasskey] = {}
+    for field in fields:
+        call_id, _, digest = field.strip().partition(":")
+        try:
+            parsed = uuid.UUID(call_id)
+        except ValueError:
+            continue
+        if f"{PASSKEY_CREDENTIAL}:{parsed}" not in request.POST:
+            continue
+        try:
+            passkey = _passkey(request, user, parsed, digest, approve=approve)
+        except PasskeyRefused:
+            continue
+        if passkey is not None:
+            verified[parsed] = passkey
+    return verified
+
+
 def _render_call(request: HtmxHttpRequest, call_id: uuid.UUID) -> HttpResponse:
     user = _user(request)
     page = call_page(call_id=call_id, user=user)
@@ -151,17 +181,47 @@ def call_detail(request: HtmxHttpRequest, call_id: uuid.UUID) -> HttpResponse:
     return _render_call(request, call_id)
 
 
+# The step-up's fields a decision at a passkey gate posts (static/js/passkeys.js): the nonce
+# its options came with, and the browser's PublicKeyCredential as JSON.
+PASSKEY_NONCE = "passkey_nonce"
+PASSKEY_CREDENTIAL = "passkey_credential"
+
+
+def _passkey(
+    request: HtmxHttpRequest, user: User, call_id: uuid.UUID, digest: str, *, approve: bool
+) -> VerifiedPasskey | None:
+    """The posted assertion for this decision, verified; None when none is posted (the
+    decision service then refuses a call at a passkey gate); ``PasskeyRefused`` if invalid."""
+    credential = request.POST.get(f"{PASSKEY_CREDENTIAL}:{call_id}") or request.POST.get(
+        PASSKEY_CREDENTIAL, ""
+    )
+    if not credential:
+        return None
+    nonce = request.POST.get(f"{PASSKEY_NONCE}:{call_id}") or request.POST.get(PASSKEY_NONCE, "")
+    return stepup_verify(
+        user=user,
+        call_id=call_id,
+        arguments_sha256=digest,
+        approve=approve,
+        nonce=nonce,
+        credential=credential,
+    )
+
+
 def _decide(request: HtmxHttpRequest, call_id: uuid.UUID, *, approve: bool) -> HttpResponse:
     user = _user(request)
+    digest = request.POST.get("arguments_sha256", "")
     try:
+        passkey = _passkey(request, user, call_id, digest, approve=approve)
         call_decide(
             call_id=call_id,
             user=user,
             approve=approve,
             comment=request.POST.get("comment", ""),
-            arguments_sha256=request.POST.get("arguments_sha256", ""),
+            arguments_sha256=digest,
             scope=request.POST.get("scope", Approval.Scope.ONCE),
             arguments=posted_arguments(request.POST) if approve else None,
+            passkey=passkey,
         )
     except ApplicationError as error:
         return _refused(error, default=DECISION_REFUSED)

@@ -70,7 +70,12 @@ def changes(
 
 
 def decide(
-    call: Call, user: User, *, approve: bool, at: datetime | None = None, **edit: str
+    call: Call,
+    user: User,
+    *,
+    approve: bool,
+    at: datetime | None = None,
+    arguments: str | None = None,
 ) -> Call:
     return call_decide(
         call_id=call.pk,
@@ -79,7 +84,7 @@ def decide(
         comment="",
         arguments_sha256=Call.objects.get(pk=call.pk).arguments_sha256,
         now=at,
-        **edit,
+        arguments=arguments,
     )
 
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
 from approvals.models import Agent, Approval, Call
-from approvals.selectors.deciders import decidable_call_ids, decidable_filter, gates_for_user
+from approvals.selectors.deciders import decidable_call_ids, decidable_filter, gates_read_for_user
 from approvals.services.decisions import call_decide
 from approvals.web.queue_page import QueueCall, QueueRead, queue_read
 from tests.factories import agent_make, call_make, gate_make, payment, rule_make, user_make
@@ -26,7 +26,7 @@ def agent(db: None) -> Agent:
 
 def read(user: User, *, limit: int = 50) -> QueueRead:
     """The queue's read as the selector asks for it."""
-    _, closed = gates_for_user(user=user)
+    closed = gates_read_for_user(user=user).closed
     decidable = decidable_filter(user=user, closed=closed)
     return queue_read(user_id=user.pk, decidable=decidable, limit=limit)
 
@@ -168,7 +168,7 @@ def test_a_section_counted_empty_is_not_read(
     agent: Agent, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
     viewer = user_make(username="victor", decide=False, view=True)
-    _, closed = gates_for_user(user=viewer)
+    closed = gates_read_for_user(user=viewer).closed
     decidable = decidable_filter(user=viewer, closed=closed)
     with django_assert_num_queries(1):
         queue_read(user_id=viewer.pk, decidable=decidable, limit=50)
