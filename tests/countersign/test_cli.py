@@ -129,6 +129,10 @@ def read_line(terminal: int) -> str:
     return seen.decode().replace("\r\n", "\n")
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_on_a_terminal_a_wait_says_where_the_call_waits_and_ctrl_c_withdraws_it(
     server: LiveServer,
@@ -142,6 +146,9 @@ def test_on_a_terminal_a_wait_says_where_the_call_waits_and_ctrl_c_withdraws_it(
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
+        # Ctrl-C's default, as in a shell, even when this run was started in the background
+        # (which ignores SIGINT, and children inherit that).
+        preexec_fn=_sigint_default,
     )
     try:
         said = read_line(terminal)  # the wait has begun once it says so

@@ -35,15 +35,19 @@ def state_of(server: LiveServer, call_id: str) -> str:
 
 @contextmanager
 def ctrl_c_after(seconds: float) -> Iterator[None]:
-    """A real SIGINT to this (the main) thread after ``seconds``, as Ctrl-C in a terminal."""
+    """A real SIGINT to this (the main) thread after ``seconds``, as Ctrl-C in a terminal,
+    with Python's own handler for it, as in a shell (a run started in the background ignores
+    SIGINT)."""
     main = threading.get_ident()
     assert main == threading.main_thread().ident
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     ctrl_c = threading.Timer(seconds, signal.pthread_kill, args=(main, signal.SIGINT))
     ctrl_c.start()
     try:
         yield
     finally:
         ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def notices(caplog: pytest.LogCaptureFixture) -> list[str]:
