@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from approvals.management.text_files import TextFileCommand, plain
 from approvals.selectors.backtest import (
     WORD,
     backtest_report,
@@ -31,10 +32,6 @@ REPLAY_FAILED = "evaluating call {call} failed unexpectedly (logged); no report"
 BAD_MOMENT = "{option}: expected an ISO-8601 date or date and time, e.g. 2026-12-01T09:00:00Z"
 EMPTY_PERIOD = "--since must be before --until"
 CHANGES_SHOWN = 50
-
-
-def _plain(text: str) -> str:
-    return text
 
 
 def report_lines(
@@ -71,7 +68,7 @@ def report_lines(
     return lines
 
 
-class Command(BaseCommand):
+class Command(TextFileCommand):
     help = (
         "Replay the recorded calls created in a period, in creation order, with the rules of "
         "a rule file in place of the current cap rules (everything else as configured now; "
@@ -91,23 +88,6 @@ class Command(BaseCommand):
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
-    def _malformed(self, lines: list[str]) -> NoReturn:
-        for line in lines:
-            self.stderr.write(line, style_func=_plain)
-        raise SystemExit(EXIT_MALFORMED)
-
-    def _read(self, path: str) -> str:
-        try:
-            # newline="" keeps a stray "\r" inside a line, for the rule parser to refuse.
-            with open(path, encoding="utf-8", newline="") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            self._malformed([f"{path}: no such file"])
-        except UnicodeDecodeError:
-            self._malformed([f"{path}: not UTF-8 text"])
-        except OSError as error:
-            self._malformed([f"{path}: cannot read ({error.strerror or 'error'})"])
-
     def _moment(self, option: str, text: str | None) -> datetime | None:
         """An ISO-8601 date (its UTC midnight) or date and time (UTC when it names no
         offset); the text is never echoed."""
@@ -116,29 +96,30 @@ class Command(BaseCommand):
         try:
             return moment_parse(text)
         except ValueError:
-            self._malformed([BAD_MOMENT.format(option=option)])
+            self.refuse([BAD_MOMENT.format(option=option)], status=EXIT_MALFORMED)
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: str = options["rules"]
         since = self._moment("--since", options["since"])
         until = self._moment("--until", options["until"])
         if since is not None and until is not None and since >= until:
-            self._malformed([EMPTY_PERIOD])
-        rule_lines, rule_errors = check_rules(self._read(path))
+            self.refuse([EMPTY_PERIOD], status=EXIT_MALFORMED)
+        rule_lines, rule_errors = check_rules(self.read_text(path, status=EXIT_MALFORMED))
         if rule_errors:
-            self._malformed(
-                [f"{path}:{bad.line}:{bad.column}: {bad.message}" for bad in rule_errors]
+            self.refuse(
+                [f"{path}:{bad.line}:{bad.column}: {bad.message}" for bad in rule_errors],
+                status=EXIT_MALFORMED,
             )
         rules = [line.rule for line in rule_lines]
         try:
             result = calls_backtest(rules=rules, since=since, until=until)
         except ReplayFailed as failed:
             logger.error("backtest: %s", failed, exc_info=failed.__cause__)
-            self.stderr.write(REPLAY_FAILED.format(call=failed.call), style_func=_plain)
+            self.stderr.write(REPLAY_FAILED.format(call=failed.call), style_func=plain)
             raise SystemExit(EXIT_FAILED) from None
         if options["json"]:
             text = json.dumps(backtest_report(result, since=since, until=until), ensure_ascii=False)
-            self.stdout.write(text, style_func=_plain)
+            self.stdout.write(text, style_func=plain)
             return
         for line in report_lines(result, path=path, since=since, until=until):
-            self.stdout.write(line, style_func=_plain)
+            self.stdout.write(line, style_func=plain)

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from approvals.management.text_files import TextFileCommand, plain
 from approvals.services.rules import (
     GATE_CREATED,
     RulesFileRefused,
@@ -15,15 +16,13 @@ from approvals.services.rules import (
     rules_import,
 )
 
+# A file refused, unread or with bad lines: nothing changed.
+EXIT_REFUSED = 1
 NOTHING_CHANGED = "{path}: {count} bad line{s}; nothing changed"
 REPLACE_REFUSED = (
     "{path}: refused: --replace would disable every enabled rule ({count}): the file names "
     "none of them; nothing changed. Check the file, or add --force to disable them all."
 )
-
-
-def _plain(text: str) -> str:
-    return text
 
 
 def _plural(count: int) -> str:
@@ -46,7 +45,7 @@ def summary_lines(result: RulesImported) -> list[str]:
     return lines
 
 
-class Command(BaseCommand):
+class Command(TextFileCommand):
     help = (
         "Create or update cap rules from a rules file (one rule per line; blank lines and "
         "'#' comments skipped). Every line is checked first: on errors, FILE:LINE:COLUMN: "
@@ -66,32 +65,24 @@ class Command(BaseCommand):
             help="With --replace, disable every enabled rule even when the file names none.",
         )
 
-    def _fail(self, message: str) -> NoReturn:
-        self.stderr.write(message, style_func=_plain)
-        raise SystemExit(1)
-
     def handle(self, *args: Any, **options: Any) -> None:
         path: str = options["file"]
-        try:
-            # newline="" keeps a stray "\r" inside a line, for the parser to refuse.
-            with open(path, encoding="utf-8", newline="") as handle:
-                text = handle.read()
-        except FileNotFoundError:
-            self._fail(f"{path}: no such file")
-        except UnicodeDecodeError:
-            self._fail(f"{path}: not UTF-8 text")
-        except OSError as error:
-            self._fail(f"{path}: cannot read ({error.strerror or 'error'})")
+        text = self.read_text(path, status=EXIT_REFUSED)
         try:
             result = rules_import(text=text, replace=options["replace"], force=options["force"])
         except RulesFileRefused as refused:
             for bad in refused.errors:
                 self.stderr.write(
-                    f"{path}:{bad.line}:{bad.column}: {bad.message}", style_func=_plain
+                    f"{path}:{bad.line}:{bad.column}: {bad.message}", style_func=plain
                 )
             count = len(refused.errors)
-            self._fail(NOTHING_CHANGED.format(path=path, count=count, s=_plural(count)))
+            self.refuse(
+                [NOTHING_CHANGED.format(path=path, count=count, s=_plural(count))],
+                status=EXIT_REFUSED,
+            )
         except RulesReplaceRefused as refused:
-            self._fail(REPLACE_REFUSED.format(path=path, count=refused.enabled))
+            self.refuse(
+                [REPLACE_REFUSED.format(path=path, count=refused.enabled)], status=EXIT_REFUSED
+            )
         for line in summary_lines(result):
             self.stdout.write(line)
