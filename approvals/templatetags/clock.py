@@ -19,6 +19,12 @@ def time_left(deadline: datetime | None, now: datetime) -> str:
     seconds = int((deadline - now).total_seconds())
     if seconds <= 0:
         return "expiring"
+    return duration_text(seconds)
+
+
+def duration_text(seconds: int) -> str:
+    """A length of time in the countdown's format: ``2d 03h``, ``1h 04m``, ``12m 05s``,
+    ``40s``."""
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, seconds = divmod(rest, 60)

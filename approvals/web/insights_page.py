@@ -22,6 +22,7 @@ from approvals.selectors.insights import (
     insights_period,
     ledgers_nearest,
 )
+from approvals.templatetags.clock import duration_text
 from approvals.web.htmx import HtmxHttpRequest
 from approvals.web.querystring import (
     BadQuery,
@@ -62,20 +63,6 @@ def _chart(labels: list[str], series: list[Series], **options: object) -> dict[s
 
 def _minutes(seconds: int) -> float:
     return round(seconds / 60, 1)
-
-
-def duration_text(seconds: int) -> str:
-    """``2d 03h``, ``1h 04m``, ``3m 05s``, ``40s``: the queue's countdown format."""
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours:02d}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {seconds:02d}s"
-    return f"{seconds}s"
 
 
 def gate_label(gate: str) -> str:
