@@ -40,15 +40,10 @@ def required_approvals(gates: Iterable[str], required: dict[str, int]) -> int:
     return max((required.get(gate, 1) for gate in gates), default=1)
 
 
-def _closed_to(user: User) -> Q:
-    """Gates kept to a group ``user`` is not in."""
-    return Q(group__isnull=False) & ~Q(group__in=user.groups.values("pk"))
-
-
 @dataclass(frozen=True, slots=True)
 class GatesForUser:
-    """Every gate's required approvals, the gates closed to one person (held by a group
-    they are not in), and the gates that require a passkey."""
+    """Every gate's required approvals, the gates closed to one person (kept to a group they
+    are not in), and the gates that require a passkey."""
 
     required: dict[str, int]
     closed: tuple[str, ...]
@@ -56,13 +51,18 @@ class GatesForUser:
 
 
 def gates_read_for_user(*, user: User) -> GatesForUser:
-    """``GatesForUser`` in one query."""
-    rows = Gate.objects.annotate(
-        closed=ExpressionWrapper(_closed_to(user), output_field=BooleanField())
-    ).values_list("name", "required_approvals", "closed", "require_passkey")
+    """``GatesForUser`` from two plain reads, the gates and the person's groups."""
+    rows = list(
+        Gate.objects.values_list("name", "required_approvals", "group_id", "require_passkey")
+    )
+    # The person's groups matter only when some gate is kept to a group.
+    kept = any(group is not None for _, _, group, _ in rows)
+    groups = set(user.groups.values_list("pk", flat=True)) if kept else set()
     return GatesForUser(
         required={name: approvals for name, approvals, _, _ in rows},
-        closed=tuple(sorted(name for name, _, shut, _ in rows if shut)),
+        closed=tuple(
+            sorted(name for name, _, group, _ in rows if group is not None and group not in groups)
+        ),
         passkey=frozenset(name for name, _, _, passkey in rows if passkey),
     )
 
@@ -96,10 +96,7 @@ def calls_decidable(*, user: User) -> QuerySet[Call]:
     """The calls ``user`` may decide, whatever their status."""
     if not _may_decide_any(user):
         return Call.objects.none()
-    closed: tuple[str, ...] = ()
-    if not user.is_superuser:
-        kept = Gate.objects.filter(_closed_to(user)).order_by("name")
-        closed = tuple(kept.values_list("name", flat=True))
+    closed = () if user.is_superuser else gates_read_for_user(user=user).closed
     return Call.objects.filter(decidable_filter(user=user, closed=closed))
 
 

@@ -149,16 +149,17 @@ def _head_locked() -> tuple[int, str]:
     lock already). A database whose tables were emptied has no head row: it is made again
     from the last entry, or from the genesis."""
     head = AuditChainHead.objects.select_for_update().filter(pk=AUDIT_CHAIN_HEAD)
-    found = head.values_list("seq", "hash").first()
-    if found is None:
-        last = AuditEntry.objects.order_by("-seq").values_list("seq", "hash").first()
-        seq, hash_ = last or (0, GENESIS_HASH)
-        # Two first writers at once: one row is made, the other waits for it and locks it.
-        AuditChainHead.objects.bulk_create(
-            [AuditChainHead(pk=AUDIT_CHAIN_HEAD, seq=seq, hash=hash_)], ignore_conflicts=True
-        )
-        found = head.values_list("seq", "hash").get()
-    return found
+    try:
+        return head.values_list("seq", "hash").get()
+    except AuditChainHead.DoesNotExist:
+        pass
+    last = AuditEntry.objects.order_by("-seq").values_list("seq", "hash").first()
+    seq, hash_ = last or (0, GENESIS_HASH)
+    # Two first writers at once: one row is made, the other waits for it and locks it.
+    AuditChainHead.objects.bulk_create(
+        [AuditChainHead(pk=AUDIT_CHAIN_HEAD, seq=seq, hash=hash_)], ignore_conflicts=True
+    )
+    return head.values_list("seq", "hash").get()
 
 
 def _chain_write(entries: Sequence[AuditEntry]) -> None:

@@ -141,14 +141,14 @@ def _call_lock_deciding(*, call_id: uuid.UUID, user: User) -> _Deciding | None:
     (``deciders.decidable_value``). The gates are read just before: a gate change committed
     while the decision waits for the call's lock is ordered after the decision."""
     gates = gates_read_for_user(user=user)
-    found = (
-        Call.objects.select_for_update(of=("self",))
-        .select_related("agent")
-        .annotate(may_decide=decidable_value(user=user, closed=gates.closed))
-        .filter(pk=call_id)
-        .first()
-    )
-    if found is None:
+    try:
+        found = (
+            Call.objects.select_for_update(of=("self",))
+            .select_related("agent")
+            .annotate(may_decide=decidable_value(user=user, closed=gates.closed))
+            .get(pk=call_id)
+        )
+    except Call.DoesNotExist:
         return None
     return _Deciding(
         call=found,
