@@ -136,26 +136,32 @@ class _Deciding:
     passkey_gates: frozenset[str]
 
 
-def _call_lock_deciding(*, call_id: uuid.UUID, user: User) -> _Deciding | None:
-    """The call locked with its agent, and who-may-decide answered in the same statement
-    (``deciders.decidable_value``). The gates are read just before: a gate change committed
-    while the decision waits for the call's lock is ordered after the decision."""
+def _calls_lock_deciding(
+    *, call_ids: Sequence[uuid.UUID], user: User
+) -> dict[uuid.UUID, _Deciding]:
+    """The calls found among ``call_ids``, locked with their agents, and who-may-decide
+    answered in the same statement (``deciders.decidable_value``). The gates are read just
+    before: a gate change committed while the decision waits for the locks is ordered after
+    the decision. Several calls are locked in the order of their keys, as no other
+    transaction locks more than one: two batches never wait on each other in a cycle."""
     gates = gates_read_for_user(user=user)
-    try:
-        found = (
-            Call.objects.select_for_update(of=("self",))
-            .select_related("agent")
-            .annotate(may_decide=decidable_value(user=user, closed=gates.closed))
-            .get(pk=call_id)
-        )
-    except Call.DoesNotExist:
-        return None
-    return _Deciding(
-        call=found,
-        may_decide=bool(found.may_decide),
-        required=gates.required,
-        passkey_gates=gates.passkey,
+    locked = (
+        Call.objects.select_for_update(of=("self",))
+        .select_related("agent")
+        .annotate(may_decide=decidable_value(user=user, closed=gates.closed))
+        .filter(pk__in=call_ids)
     )
+    if len(call_ids) > 1:
+        locked = locked.order_by("pk")
+    return {
+        call.pk: _Deciding(
+            call=call,
+            may_decide=bool(call.may_decide),
+            required=gates.required,
+            passkey_gates=gates.passkey,
+        )
+        for call in locked
+    }
 
 
 def _passkey_check(
@@ -470,7 +476,7 @@ def call_decide(
     or byte-identical to the call's current arguments, it is an ordinary approval;
     otherwise see ``_edit_and_approve``."""
     decided = _decide(
-        call_id=call_id,
+        deciding=_calls_lock_deciding(call_ids=[call_id], user=user).get(call_id),
         user=user,
         approve=approve,
         comment=comment,
@@ -485,7 +491,7 @@ def call_decide(
 
 def _decide(
     *,
-    call_id: uuid.UUID,
+    deciding: _Deciding | None,
     user: User,
     approve: bool,
     comment: str,
@@ -495,9 +501,9 @@ def _decide(
     now: datetime | None,
     passkey: VerifiedPasskey | None = None,
 ) -> Decided:
-    """``call_decide``'s work in the caller's transaction, with what became of the call."""
+    """``call_decide``'s work in the caller's transaction, on the call it has locked
+    (``deciding``; None: there is no such call), with what became of the call."""
     clock = now
-    deciding = _call_lock_deciding(call_id=call_id, user=user)
     if deciding is None:
         raise CallNotFound
     if not deciding.may_decide:
@@ -797,30 +803,45 @@ def calls_decide(
     The batch is one transaction, each call a savepoint in it (a call that fails rolls back
     alone), and its pushes go out together after the commit: one commit and one hop to the
     event loop for the batch, not one per call (docs/performance.md)."""
-    outcomes: list[BatchOutcome] = []
+    named: list[tuple[str, uuid.UUID, str] | str] = []  # (field, id, digest), or a bad field
     seen: set[uuid.UUID] = set()
+    for field in calls:
+        parsed = _batch_field(field)
+        if parsed is None:
+            named.append(field)
+        elif parsed[0] not in seen:
+            seen.add(parsed[0])
+            named.append((field, *parsed))
+    outcomes: list[BatchOutcome] = []
     # Every call's audit entries are written together at the end: a batch holding the
     # chain's head while it locks the next call's ledgers would deadlock with a submission
     # holding one of them and waiting for the head.
     with pushes_together(), write_transaction(), audit_deferred():
-        for field in calls:
-            parsed = _batch_field(field)
-            if parsed is None:
-                outcomes.append(BatchOutcome(field, None, BATCH_MALFORMED))
+        locked = _calls_lock_deciding(call_ids=list(seen), user=user)
+        for item in named:
+            if isinstance(item, str):
+                outcomes.append(BatchOutcome(item, None, BATCH_MALFORMED))
                 continue
-            call_id, digest = parsed
-            if call_id in seen:
-                continue
-            seen.add(call_id)
-            passkey = (passkeys or {}).get(call_id)
+            field, call_id, digest = item
             outcomes.append(
-                _batch_decide(field, call_id, digest, user, approve, comment, now, passkey)
+                _batch_decide(
+                    field,
+                    locked.get(call_id),
+                    call_id,
+                    digest,
+                    user,
+                    approve,
+                    comment,
+                    now,
+                    (passkeys or {}).get(call_id),
+                )
             )
     return outcomes
 
 
 def _batch_decide(
     field: str,
+    deciding: _Deciding | None,
     call_id: uuid.UUID,
     digest: str,
     user: User,
@@ -833,7 +854,7 @@ def _batch_decide(
         # A call that fails rolls back alone (its savepoint), and its audit entries with it.
         with audit_deferred(), write_transaction():
             decided = _decide(
-                call_id=call_id,
+                deciding=deciding,
                 user=user,
                 approve=approve,
                 comment=comment,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 
 from approvals.models import Agent, Approval, AuditEntry, Call, PermissionRule
@@ -340,3 +342,48 @@ async def test_a_batch_pushes_each_decided_call_once_in_order_after_its_commit(
     ]
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(layer.receive(listener), 0.2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_batches_over_the_same_calls_in_opposite_orders_each_end_every_call_once(
+    db: None, settings: Any
+) -> None:
+    """Two approvers at once, one naming twenty calls in one order and the other in the
+    reverse: neither batch fails or waits for ever on the other (on PostgreSQL each locks
+    its calls in one statement, in key order), and each call is approved exactly once, by
+    one of them, the other told it is already final."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    rule_make(line="big: pay arg=amount max USD 500.00 -> gate")
+    agent = Agent.objects.create(name="bot", principal="carol", mode="danger_full_access")
+    held = [call_make(agent=agent, arguments=payment(f"6{i:02d}.00")) for i in range(20)]
+    approvers = [user_make(username="alice"), user_make(username="bob")]
+    orders = [[field(c) for c in held], [field(c) for c in reversed(held)]]
+    results: dict[str, list[Any]] = {}
+    failures: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def decide(user: User, fields: list[str]) -> None:
+        try:
+            start.wait()
+            results[user.username] = calls_decide(user=user, approve=True, comment="", calls=fields)
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=decide, args=(user, fields))
+        for user, fields in zip(approvers, orders, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    assert not any(thread.is_alive() for thread in threads)
+    decided = [o.call_id for outcomes in results.values() for o in outcomes if o.decided]
+    refused = {o.reason for outcomes in results.values() for o in outcomes if not o.decided}
+    assert sorted(decided) == sorted(c.pk for c in held)
+    assert refused <= {Conflict.FINAL.value}
+    assert [status(c) for c in held] == ["approved"] * 20
+    assert Approval.objects.count() == 20
