@@ -11,8 +11,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class VerifiedPasskey:
     """What the person's authenticator signed, kept in the decision's audit entry so that it
-    can be verified again against their public key: the credential, the server nonce the
-    challenge was derived from, and the assertion's parts (base64url)."""
+    can be verified again against their public key: the credential, the digest and the
+    server nonce the challenge was derived from (the call and the verb are the entry's own),
+    and the assertion's parts (base64url). Entries written before the digest was kept lack
+    it: ``manage.py passkey_verify`` reads it from the call's history then."""
 
     user_id: int
     call_id: uuid.UUID
@@ -27,6 +29,7 @@ class VerifiedPasskey:
     def evidence(self) -> dict[str, str]:
         return {
             "credential_id": self.credential_id,
+            "arguments_sha256": self.arguments_sha256,
             "nonce": self.nonce,
             "authenticator_data": self.authenticator_data,
             "client_data_json": self.client_data_json,

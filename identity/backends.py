@@ -25,6 +25,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 
 from identity.discovery import Provider, sso_provider
+from identity.passkeys import PasskeyRefused, passkey_sign_in
 from identity.services import sso_user_sign_in
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ CLOCK_LEEWAY = 60
 ID_TOKEN_NOT_VALID = "the ID token is not valid"  # noqa: S105 (a message)
 ID_TOKEN_ALGORITHM = "the ID token is not signed with the provider's algorithm"  # noqa: S105
 USERINFO_ANOTHER_SUBJECT = "the userinfo is about another subject than the ID token"
+# Set on a request whose passkey sign-in failed: why, for the answer (a name of ours).
+PASSKEY_REFUSED = "countersign_passkey_refused"
 
 
 def callback_url() -> str:
@@ -152,9 +155,34 @@ class SsoBackend(OIDCAuthenticationBackend):
         return found
 
 
+def passkey_refusal(request: HttpRequest) -> str:
+    """Why ``PasskeyBackend`` signed nobody in for this request, in fixed words; empty when
+    it was not asked (the throttle refused the sign-in first)."""
+    return str(getattr(request, PASSKEY_REFUSED, ""))
+
+
 class PasskeyBackend(BaseBackend):
-    """The backend a passkey sign-in logs the person in with (``identity.passkeys``): it
-    authenticates nobody itself, and keeps the session of an active person."""
+    """Passkey sign-in (``identity.passkeys.passkey_sign_in``), reached through Django's
+    ``authenticate`` as a password login is: the throttle before it counts a failure and
+    refuses a locked-out username and address (approvals/accounts/throttle.py), and axes
+    logs the sign-in. ``username`` is whose passkey the assertion names, for the throttle;
+    the assertion decides who signs in. Keeps the session of an active person."""
+
+    def authenticate(  # type: ignore[override]
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        passkey_nonce: str | None = None,
+        passkey_credential: str | None = None,
+    ) -> User | None:
+        if request is None or passkey_nonce is None or passkey_credential is None:
+            return None
+        try:
+            user = passkey_sign_in(nonce=passkey_nonce, credential=passkey_credential)
+        except PasskeyRefused as refused:
+            setattr(request, PASSKEY_REFUSED, refused.message)
+            return None
+        return user
 
     def get_user(self, user_id: int) -> User | None:
         return User.objects.filter(pk=user_id, is_active=True).first()

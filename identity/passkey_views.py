@@ -4,14 +4,15 @@ is ``identity.passkeys``'; static/js/passkeys.js runs the browser's side.
 
 A ceremony is two POSTs: the options (JSON, py_webauthn's ``options_to_json``), then the
 browser's answer (``credential``: the ``PublicKeyCredential`` as JSON, base64url). A refusal
-is a ``403`` whose text says why in fixed words.
+is a ``403`` whose text says why in fixed words; a sign-in the login throttle refuses, a
+``429`` (approvals/accounts/lockouts.py).
 """
 
 from __future__ import annotations
 
 import uuid
 
-from django.contrib.auth import login
+from django.contrib.auth import authenticate, login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
@@ -28,16 +29,17 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import NotFound, NotPermitted
 from approvals.selectors.deciders import may_view
+from identity.backends import passkey_refusal
 from identity.passkeys import (
+    ASSERTION_NOT_VALID,
     CHALLENGE_UNUSABLE,
     passkey_register,
     passkey_registration_begin,
     passkey_remove,
-    passkey_sign_in,
     passkey_sign_in_begin,
     stepup_begin,
 )
-from identity.selectors import passkeys_of, passkeys_offered
+from identity.selectors import passkey_claimed_username, passkeys_of, passkeys_offered
 
 ACCOUNT_TEMPLATE = "identity/account.html"
 # The nonce of the ceremony this browser started, by purpose.
@@ -122,10 +124,17 @@ def sign_in(request: HttpRequest) -> HttpResponse:
     """The person the assertion names, logged in; where to go next (the ``next`` posted, if
     it is on this site)."""
     nonce = request.session.pop(SIGN_IN_SESSION_KEY, "")
-    try:
-        user = passkey_sign_in(nonce=nonce, credential=request.POST.get("credential", ""))
-    except NotPermitted as refused:
-        return _refused(refused.message)
+    credential = request.POST.get("credential", "")
+    # Through ``authenticate``, as a password is: throttled, and logged, alike. A lockout's
+    # answer is the throttle's (429).
+    user = authenticate(
+        request,
+        username=passkey_claimed_username(credential=credential),
+        passkey_nonce=nonce,
+        passkey_credential=credential,
+    )
+    if user is None:
+        return _refused(passkey_refusal(request) or ASSERTION_NOT_VALID)
     login(request, user, backend=BACKEND)
     wanted = request.POST.get("next", "")
     safe = url_has_allowed_host_and_scheme(

@@ -6,9 +6,10 @@ At ``COUNTERSIGN_LOGIN_FAILURES`` the pair is locked out for
 ``COUNTERSIGN_LOGIN_LOCKOUT_MINUTES``: the failure that reached it and every login of the pair
 until then, right password or not, get the login page again with ``LOCKED_OUT`` (``429``,
 ``Retry-After``), on the approver's login and the admin's alike, and no password is hashed
-for them (``auth.LoginThrottle``). Admin lifts a lockout by deleting its access attempt
-(``admin.LoginAttemptAdmin``, audited). The page names neither the username nor the address
-the client sent.
+for them (``auth.LoginThrottle``). A passkey sign-in counts and is refused the same way,
+under the username of the passkey it names (identity/backends.py), its ``429`` plain text.
+Admin lifts a lockout by deleting its access attempt (``admin.LoginAttemptAdmin``,
+audited). The page names neither the username nor the address the client sent.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ LOCKED_OUT = (
     "{minutes} minutes. Try again then, or ask an admin to unlock it."
 )
 LOCKED_OUT_STATUS = 429
+# The passkey sign-in's URL name (identity/urls.py): throttled as the login pages are.
+PASSKEY_SIGN_IN = "passkey-sign-in"
 
 
 def locked_out_message() -> str:
@@ -42,8 +45,12 @@ def lockout_response(
     request: HttpRequest, original_response: HttpResponse | None, credentials: Any
 ) -> HttpResponse:
     """``AXES_LOCKOUT_CALLABLE``: the login page the request came from, its form empty, with
-    the lockout's message."""
+    the lockout's message; to the passkey sign-in, which a script posts, the message alone."""
     message = locked_out_message()
+    if request.path == reverse(PASSKEY_SIGN_IN):
+        response = HttpResponse(message, status=LOCKED_OUT_STATUS, content_type="text/plain")
+        response["Retry-After"] = str(settings.COUNTERSIGN_LOGIN_LOCKOUT_MINUTES * 60)
+        return response
     if request.path == reverse("admin:login"):
         template = "admin/login.html"
         context = {

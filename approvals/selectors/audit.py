@@ -150,3 +150,19 @@ def audit_chain_verify(*, batch: int = VERIFY_BATCH) -> ChainIntact | ChainBroke
     if past is not None:
         return ChainBroken(past, PAST_THE_HEAD.format(seq=past, head=head_seq))
     return ChainIntact(seq, seq, hash_)
+
+
+def audit_entry_intact(*, entry: AuditEntry) -> bool:
+    """Whether ``entry`` is as it was written: its hash matches its content, and the entry
+    after it (the chain's head, for the latest) links to that hash. A rewrite of every entry
+    from there on and of the head too is for ``audit_verify --head`` to catch."""
+    if audit_entry_hash(entry) != entry.hash:
+        return False
+    # The head first: once it has moved past the entry, the entry after it is committed.
+    head = AuditChainHead.objects.filter(pk=AUDIT_CHAIN_HEAD).values_list("seq", "hash").first()
+    if head is not None and head[0] == entry.seq:
+        return head[1] == entry.hash
+    following = (
+        AuditEntry.objects.filter(seq=entry.seq + 1).values_list("prev_hash", flat=True).first()
+    )
+    return following == entry.hash

@@ -34,7 +34,9 @@
     }).then(function (response) {
       if (response.ok) return response.json();
       return response.text().then(function (text) {
-        throw new Error(response.status === 403 && text.length < 300 ? text : FAILED);
+        // 403: refused, and why; 429: the login throttle's lockout.
+        var said = response.status === 403 || response.status === 429;
+        throw new Error(said && text.length < 300 ? text : FAILED);
       });
     });
   }

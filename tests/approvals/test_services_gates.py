@@ -1,15 +1,18 @@
 """A gate that rules, budgets or held calls name keeps its name and stays (renaming or
 deleting it would drop its group and quorum for them), in the services and in admin; a call
-held at a gate that is gone anyway waits for a superuser."""
+held at a gate that is gone anyway waits for a superuser. Requiring a passkey at a gate in
+admin is audited."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import Budget, CapRule, Gate
+from approvals.models import AuditEntry, Budget, CapRule, Gate
 from approvals.services.decisions import NotEligible, call_decide
 from approvals.services.gates import DEFAULT_GATE_STAYS, GateInUse, gate_delete, gate_save
 from approvals.services.rules import budget_save, cap_rule_save
@@ -89,6 +92,30 @@ def test_admin_refuses_the_rename_with_the_rules_listed(
     assert response.status_code == 200
     assert response.context["adminform"].form.errors["name"] == [IN_USE.format(what="cap rule big")]
     assert Gate.objects.get(pk=finance.pk).name == "finance"
+
+
+def test_requiring_a_passkey_in_admin_is_audited_both_ways(
+    admin_client: Client, admin_user: User, finance: Gate
+) -> None:
+    change = reverse("admin:approvals_gate_change", args=[finance.pk])
+    form = {"name": "finance", "group": str(finance.group_id), "required_approvals": "1"}
+    seen: list[tuple[bool, bool]] = []
+    for required in (True, False):
+        response = admin_client.post(change, form | ({"require_passkey": "on"} if required else {}))
+        assert response.status_code == 302
+        assert Gate.objects.get(pk=finance.pk).require_passkey is required
+        entry = AuditEntry.objects.order_by("-seq").first()
+        assert entry is not None
+        assert (entry.action, entry.object_type, entry.object_id, entry.user_id) == (
+            AuditEntry.Action.ADMIN_CHANGE,
+            AuditEntry.ObjectType.GATE,
+            str(finance.pk),
+            admin_user.pk,
+        )
+        before, after = (json.loads(side)[0]["fields"] for side in (entry.before, entry.after))
+        assert {name for name in after if after[name] != before[name]} == {"require_passkey"}
+        seen.append((before["require_passkey"], after["require_passkey"]))
+    assert seen == [(False, True), (True, False)]
 
 
 def test_admin_refuses_the_delete_with_the_rules_listed(

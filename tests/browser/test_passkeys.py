@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from io import StringIO
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from django.core.management import call_command
+from django.test import override_settings
 from playwright.sync_api import expect
 
 from approvals.models import AuditEntry, Gate
@@ -188,11 +191,19 @@ def test_alice_adds_a_passkey_signs_in_with_it_and_approves_at_a_passkey_gate(
     assert kept["comment"] == "Quarterly payment, checked with finance."
     assert set(kept["passkey"]) == {
         "credential_id",
+        "arguments_sha256",
         "nonce",
         "authenticator_data",
         "client_data_json",
         "signature",
     }
+    # Chromium's assertion verifies again from the entry alone (manage.py passkey_verify).
+    with override_settings(COUNTERSIGN_PUBLIC_URL=server.url):
+        out = StringIO()
+        call_command("passkey_verify", "--call", call_id, stdout=out)
+    assert out.getvalue().endswith(
+        f"call approved {call_id} by alice: verified\n1 passkey assertion verified\n"
+    )
 
 
 def test_without_the_authenticator_the_approval_cannot_complete_and_removal_is_audited(
