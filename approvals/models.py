@@ -317,6 +317,13 @@ class Call(models.Model):
             models.Index(fields=["status", "-created_at", "-id"], name="call_status_newest"),
             models.Index(fields=["tool", "-created_at", "-id"], name="call_tool_newest"),
             models.Index(fields=["principal", "-created_at", "-id"], name="call_principal_newest"),
+            # The insights' expiries of a day: only expired calls are in it (the status leads so
+            # that SQLite, without statistics, prefers it to call_status_newest).
+            models.Index(
+                fields=["status", "decided_at"],
+                condition=Q(status="expired"),
+                name="call_expired_when",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -358,6 +365,8 @@ class Approval(models.Model):
                 name="one_decision_per_user",
             )
         ]
+        # The insights' decisions given in a day.
+        indexes = [models.Index(fields=["created_at"], name="approval_given")]
 
     def __str__(self) -> str:
         return f"{'approve' if self.approve else 'deny'} by user {self.user_id}"
@@ -640,3 +649,16 @@ class RunCost(models.Model):
 
     def __str__(self) -> str:
         return f"{self.currency} {self.amount}"
+
+
+class InsightsDay(models.Model):
+    """One closed UTC day's insights figures (``selectors.insights``), counted from the calls
+    and approvals once the day has settled: over, and none of its calls still held. The
+    services no longer change what such a day counts, so its row is written once and never
+    updated; ``manage.py rebuild_insights`` counts the rows again from the calls."""
+
+    day = models.DateField(primary_key=True)
+    figures = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"insights of {self.day}"

@@ -5,9 +5,11 @@ ones, written with bulk_create in the shape the services give them: findings, ga
 approvals, ledger entries and audit entries. An approver logs in through the form; then, one
 request at a time over loopback, each page is read --warmups times and --requests times more:
 the queue, the first history page, a filtered one (status, agent and a start date), the last
-history page, a held call's page, and the insights over 90 days (its figures are kept per
-process until the next audited write, so the warm-ups count them and the timed requests
-read them kept). The query plans of the history's reads come along.
+history page, a held call's page, and the insights over 90 days twice: as they are read
+again and again (its figures are kept per process until the next audited write, so the
+warm-ups count them and the timed requests read them kept), then each read just after an
+approver approved a held call through the form (not timed), so that every read counts them
+afresh. The query plans of the history's reads come along.
 
 Usage: python bench/pages_bench.py [--decided 100000] [--pending 1000] [--requests 30]
        [--database-url URL]
@@ -78,6 +80,7 @@ STATUSES = tuple(status for status, share in SHARES.items() for _ in range(share
 class Filled:
     agent_id: int  # the filtered page's agent
     pending_call: str  # a held payment, for the call page
+    to_approve: list[tuple[str, str]]  # held payments at the default gate: id, digest
     counts: dict[str, int]
 
 
@@ -276,10 +279,15 @@ def _fill(decided: int, pending: int) -> Filled:
         # What autovacuum does soon after such a load in production: the planner's statistics.
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
-    held = Call.objects.filter(status="pending", tool="pay").first()
-    assert held is not None
+    held = [
+        (str(pk), digest)
+        for pk, digest in Call.objects.filter(status="pending", tool="pay")
+        .order_by("created_at")
+        .values_list("pk", "arguments_sha256")
+    ]
+    assert held
     counts = {"decided": decided, "pending": pending, "agents": AGENTS, **rows}
-    return Filled(agents[3].pk, str(held.pk), counts)
+    return Filled(agents[3].pk, held[-1][0], held[:-1], counts)
 
 
 def _plans(pages: dict[str, tuple[HistoryFilters, int]]) -> dict[str, list[str]]:
@@ -336,6 +344,40 @@ def _measure(http: httpx.Client, path: str, warmups: int, requests: int) -> dict
     }
 
 
+def _measure_after_decisions(
+    http: httpx.Client, path: str, to_approve: list[tuple[str, str]], warmups: int, requests: int
+) -> dict[str, Any]:
+    """As ``_measure``, each request just after an approval through the form (not timed): an
+    audited write, so that the page counts its figures afresh."""
+    if len(to_approve) < warmups + requests:
+        raise SystemExit(f"{warmups + requests} held payments needed, {len(to_approve)} held")
+    calls = iter(to_approve)
+    times = []
+    for i in range(warmups + requests):
+        call_id, digest = next(calls)
+        approved = http.post(
+            f"/calls/{call_id}/approve",
+            data={
+                "csrfmiddlewaretoken": http.cookies["csrftoken"],
+                "arguments_sha256": digest,
+                "comment": "",
+            },
+            headers={"Referer": f"{http.base_url}calls/{call_id}/"},
+        )
+        assert approved.status_code == 303, approved.status_code
+        started = time.perf_counter()
+        response = http.get(path)
+        if i >= warmups:
+            times.append(time.perf_counter() - started)
+        response.raise_for_status()
+    return {
+        "path": path,
+        "after": "an approval each",
+        "p50_ms": round(percentile(times, 0.50) * 1e3, 2),
+        "p99_ms": round(percentile(times, 0.99) * 1e3, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -382,6 +424,9 @@ def main() -> None:
                 name: _measure(http, path, options.warmups, options.requests)
                 for name, path in paths.items()
             }
+            pages["insights_afresh"] = _measure_after_decisions(
+                http, paths["insights"], filled.to_approve, options.warmups, options.requests
+            )
     result = {
         "benchmark": "pages",
         "database": "postgresql" if options.database_url else "sqlite",

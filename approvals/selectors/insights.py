@@ -1,47 +1,51 @@
 """The insights page's figures (docs/ui.md, "Insights"): what oversight costs over the last 7,
 30 or 90 days, counted by the database.
 
-Each figure is an ORM aggregate over the calls or approvals of the period; the percentiles of
-the time to a decision are picked by the database too (a window's row numbers), two rows per
-gate. A period's figures change only with a write that the audit log records, so they are kept
-per process under the audit chain's head (the policies' pattern, ``selectors.policies``):
-the page reads them again after any such write, and on a new UTC day. The ledgers nearest
+A day's figures are counted from its calls and approvals (``insights_days_counted``): the
+calls created that day by status, the rules that held them and their waits for a person's
+decision, the expiries and the decisions given that day. Once a day has settled (it ended
+``SETTLE`` ago and none of its calls is still held), the services, which date every write
+with the time it is made, can no longer change them: they are kept in an ``InsightsDay`` row
+(``services.insights``), and a period's figures add the kept days to the others counted
+afresh, today always among them.
+
+A period's figures change only with a write that the audit log records, so they are also
+kept per process under the audit chain's head (the policies' pattern, ``selectors.policies``):
+the page counts them again after any such write, and on a new UTC day. The ledgers nearest
 their limits are read on every request, since their windows move with the clock.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from functools import reduce
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
-from django.db.models import (
-    CharField,
-    Count,
-    DurationField,
-    Exists,
-    ExpressionWrapper,
-    F,
-    Func,
-    OuterRef,
-    Q,
-    QuerySet,
-    Window,
-)
-from django.db.models.functions import Cast, RowNumber, Substr, TruncDate
+from django.db.models import CharField, Count, Exists, Func, OuterRef, Q
+from django.db.models.functions import Cast, Substr, TruncDate
 from django.utils import timezone
 
 import capcore
-from approvals.models import Approval, Call, Ledger, LedgerHour, LedgerReservation
+from approvals.models import (
+    Approval,
+    Call,
+    InsightsDay,
+    Ledger,
+    LedgerHour,
+    LedgerReservation,
+)
 from approvals.selectors.audit import audit_head
 from approvals.selectors.deciders import may_view
 from approvals.selectors.ledgers import ledgers_reserved, ledgers_spent
 from approvals.selectors.rules import stored_rules
-from approvals.services.statements import HeldAtAny, hour_of
+from approvals.services.statements import hour_of
 from capcore.caps import bounds_of_window
 
 PERIODS = (7, 30, 90)  # days, today (UTC) included
@@ -63,11 +67,19 @@ PERCENTILES = {"p50": (1, 2), "p90": (9, 10)}
 NEAREST_LEDGERS = 10
 REASONS_GROUPED = 3
 PARTS = ("rule", "policy")
+# How long after its end a day may be kept: far longer than any transaction that took its
+# time (a call's creation, a decision, an expiry) before midnight takes to commit.
+SETTLE = timedelta(hours=1)
+SECOND = timedelta(seconds=1)
 
 
 def insights_may_view(user: User | AnonymousUser) -> bool:
     """Approvers and viewers of the approver's pages, and active staff."""
     return may_view(user) or bool(user.is_authenticated and user.is_active and user.is_staff)
+
+
+def _start_of(day: date) -> datetime:
+    return datetime.combine(day, time.min, UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +90,7 @@ class Period:
 
     @property
     def start(self) -> datetime:
-        return datetime.combine(self.first_day, time.min, UTC)
+        return _start_of(self.first_day)
 
     @property
     def dates(self) -> tuple[date, ...]:
@@ -91,6 +103,12 @@ def insights_period(*, days: int, now: datetime | None = None) -> Period:
         raise ValueError("a period is 7, 30 or 90 days")
     today = (now or timezone.now()).astimezone(UTC).date()
     return Period(days, today - timedelta(days=days - 1), today)
+
+
+def insights_last_settled(*, now: datetime | None = None) -> date:
+    """The last UTC day that ended ``SETTLE`` ago or more: no write still open dates itself
+    in it or before it."""
+    return ((now or timezone.now()) - SETTLE).astimezone(UTC).date() - timedelta(days=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +152,44 @@ class Figures:
     approvers: tuple[ApproverCounts, ...]
 
 
+@dataclass(slots=True)
+class DayFigures:
+    """What one UTC day counts. By the day a call was created: the calls by status, how many
+    held calls each rule (else policy) named, and each gate's waits from submission to a
+    person's decision (whole seconds: decisions). By the day it happened: the expiries, and
+    the decisions given, by (user id, approve)."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    holds: Counter[str] = field(default_factory=Counter)
+    waits: dict[str, Counter[int]] = field(default_factory=dict)
+    expiries: int = 0
+    decisions: Counter[tuple[int, bool]] = field(default_factory=Counter)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "calls": dict(self.calls),
+            "holds": dict(self.holds),
+            "waits": {gate: sorted(waited.items()) for gate, waited in self.waits.items()},
+            "expiries": self.expiries,
+            "decisions": [[*given, n] for given, n in sorted(self.decisions.items())],
+        }
+
+    @classmethod
+    def from_json(cls, kept: dict[str, Any]) -> DayFigures:
+        return cls(
+            calls=Counter({str(status): int(n) for status, n in kept["calls"].items()}),
+            holds=Counter({str(name): int(n) for name, n in kept["holds"].items()}),
+            waits={
+                str(gate): Counter({int(seconds): int(n) for seconds, n in waited})
+                for gate, waited in kept["waits"].items()
+            },
+            expiries=int(kept["expiries"]),
+            decisions=Counter(
+                {(int(user), bool(approve)): int(n) for user, approve, n in kept["decisions"]}
+            ),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerNear:
     rule: str
@@ -161,28 +217,31 @@ def _as_date(value: date | str) -> date:
     return value if isinstance(value, date) else date.fromisoformat(value)
 
 
-def calls_per_day(*, period: Period) -> tuple[DayCounts, ...]:
-    """Calls submitted each day of the period, by status (every status named, so that the
-    status index alone answers on SQLite)."""
-    rows = (
-        Call.objects.filter(status__in=VERDICTS, created_at__gte=period.start)
-        .order_by()
-        .values("status", day=_utc_day("created_at"))
-        .annotate(calls=Count("pk"))
-        .values_list("day", "status", "calls")
-    )
-    counted: dict[tuple[date, str], int] = {
-        (_as_date(day), status): calls for day, status, calls in rows
-    }
-    return tuple(
-        DayCounts(day, tuple(counted.get((day, status), 0) for status in VERDICTS))
-        for day in period.dates
-    )
+def _day_of(moment: datetime) -> date:
+    return moment.astimezone(UTC).date()
 
 
-def _held(period: Period) -> QuerySet[Call]:
-    """Calls of the period that were held at a gate, whatever became of them."""
-    return Call.objects.filter(created_at__gte=period.start).exclude(gates=[]).order_by()
+def _on_days(field: str, days: Iterable[date]) -> Q:
+    """Rows whose datetime ``field`` falls on one of ``days`` (UTC): a range per run of
+    consecutive days, which the column's index serves. ``days`` not empty."""
+    runs: list[list[date]] = []
+    for day in sorted(set(days)):
+        if runs and runs[-1][1] + timedelta(days=1) == day:
+            runs[-1][1] = day
+        else:
+            runs.append([day, day])
+    return reduce(
+        operator.or_,
+        (
+            Q(
+                **{
+                    f"{field}__gte": _start_of(first),
+                    f"{field}__lt": _start_of(last) + timedelta(days=1),
+                }
+            )
+            for first, last in runs
+        ),
+    )
 
 
 def _names(reasons: list[dict[str, Any]]) -> dict[str, None]:
@@ -190,108 +249,140 @@ def _names(reasons: list[dict[str, Any]]) -> dict[str, None]:
     return dict.fromkeys(str(reason.get("rule") or reason["policy"]) for reason in reasons)
 
 
-def holds_by_rule(*, period: Period) -> tuple[tuple[str, int], ...]:
-    """How many held calls each rule (else policy) named among its reasons, most first; a
-    call counts once per name (``selectors.caps.held_by``). Grouped by the names of the
-    first ``REASONS_GROUPED`` reasons (the reasons' messages differ call by call); the rare
-    call with more is read whole."""
-    counts: Counter[str] = Counter()
+def _count_calls(counted: dict[date, DayFigures], created: Q) -> None:
+    rows = (
+        Call.objects.filter(created)
+        .order_by()
+        .values("status", day=_utc_day("created_at"))
+        .annotate(calls=Count("pk"))
+        .values_list("day", "status", "calls")
+    )
+    for day, status, calls in rows:
+        counted[_as_date(day)].calls[status] += calls
+
+
+def _count_held(counted: dict[date, DayFigures], created: Q) -> None:
+    """How many held calls each rule (else policy) named among its reasons; a call counts
+    once per name (``selectors.caps.held_by``). Grouped by the names of the first
+    ``REASONS_GROUPED`` reasons (the reasons' messages differ call by call); the rare call
+    with more is read whole. Then each gate's waits for a person's decision: a call held at
+    two gates counts at both."""
+    held = Call.objects.filter(created).exclude(gates=[]).order_by()
     fields = [f"reasons__{i}__{part}" for i in range(REASONS_GROUPED) for part in PARTS]
     more = Q(**{f"reasons__{REASONS_GROUPED}__policy__isnull": False})
-    held = _held(period)
-    grouped = held.exclude(more).values(*fields).annotate(calls=Count("pk"))
-    for *named, calls in grouped.values_list(*fields, "calls"):
+    grouped = held.exclude(more).values(*fields, day=_utc_day("created_at"))
+    for day, *named, calls in grouped.annotate(calls=Count("pk")).values_list(
+        "day", *fields, "calls"
+    ):
         reasons = [
             {"rule": named[i], "policy": named[i + 1]}
             for i in range(0, len(named), len(PARTS))
             if named[i + 1] is not None
         ]
+        holds = counted[_as_date(day)].holds
         for name in _names(reasons):
-            counts[name] += calls
-    for reasons in held.filter(more).values_list("reasons", flat=True):
-        counts.update(_names(reasons))
-    return tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+            holds[name] += calls
+    for created_at, reasons in held.filter(more).values_list("created_at", "reasons"):
+        counted[_day_of(created_at)].holds.update(_names(reasons))
+    decided = held.filter(status__in=PERSON_DECIDED).exclude(decided_at=None)
+    for created_at, decided_at, gates in decided.values_list("created_at", "decided_at", "gates"):
+        assert decided_at is not None  # excluded above
+        waits = counted[_day_of(created_at)].waits
+        waited = (decided_at - created_at) // SECOND
+        for gate in dict.fromkeys(str(gate) for gate in gates):
+            waits.setdefault(gate, Counter())[waited] += 1
 
 
-def _held_gates(period: Period) -> list[str]:
-    """The gates the period's calls decided by a person were held at."""
-    lists = (
-        _held(period).filter(status__in=PERSON_DECIDED).values_list("gates", flat=True).distinct()
-    )
-    return sorted({str(gate) for gates in lists for gate in gates})
-
-
-def _gate_times(period: Period, gate: str) -> GateTimes | None:
-    """The nearest-rank percentiles of the time from submission to a person's decision, of
-    the period's calls held at ``gate``: the rows at those ranks, picked by the database."""
-    waited = ExpressionWrapper(F("decided_at") - F("created_at"), output_field=DurationField())
-    ranked = (
-        _held(period)
-        .filter(HeldAtAny((gate,)), status__in=PERSON_DECIDED, decided_at__isnull=False)
-        .annotate(
-            waited=waited,
-            place=Window(RowNumber(), order_by=[waited.asc(), F("pk").asc()]),
-            decided=Window(Count("pk")),
-        )
-    )
-    # The rank ceil(n * part / whole), in integers.
-    picks = Q()
-    for part, whole in PERCENTILES.values():
-        picks |= Q(place=(F("decided") * part + whole - 1) / whole)
-    rows = list(ranked.filter(picks).values_list("place", "decided", "waited"))
-    if not rows:
-        return None
-    at = {place: int(waited.total_seconds()) for place, _, waited in rows}
-    decided = rows[0][1]
-    p50, p90 = (at[(decided * part + whole - 1) // whole] for part, whole in PERCENTILES.values())
-    return GateTimes(gate, decided, p50, p90)
-
-
-def decision_times(*, period: Period) -> tuple[GateTimes, ...]:
-    """Time to a person's decision per gate, p50 and p90; a call held at two gates counts
-    at both."""
-    found = (_gate_times(period, gate) for gate in _held_gates(period))
-    return tuple(times for times in found if times is not None)
-
-
-def expiries_per_day(*, period: Period) -> tuple[tuple[date, int], ...]:
-    """Held calls that expired each day of the period (denials nobody chose)."""
+def _count_expiries(counted: dict[date, DayFigures], decided: Q) -> None:
     rows = (
-        Call.objects.filter(status=Call.Status.EXPIRED, decided_at__gte=period.start)
+        Call.objects.filter(decided, status=Call.Status.EXPIRED)
         .order_by()
         .values(day=_utc_day("decided_at"))
         .annotate(calls=Count("pk"))
         .values_list("day", "calls")
     )
-    counted = {_as_date(day): calls for day, calls in rows}
-    return tuple((day, counted.get(day, 0)) for day in period.dates)
+    for day, calls in rows:
+        counted[_as_date(day)].expiries += calls
 
 
-def decisions_per_approver(*, period: Period) -> tuple[ApproverCounts, ...]:
-    """Each person's approvals and denials given in the period (every one they gave, an
-    approval an edit voided later included), most first."""
+def _count_decisions(counted: dict[date, DayFigures], given: Q) -> None:
+    """Every approval and denial given, an approval an edit voided later included."""
     rows = (
-        Approval.objects.filter(created_at__gte=period.start)
+        Approval.objects.filter(given)
         .order_by()
-        .values("user__username", "approve")
+        .values("user_id", "approve", day=_utc_day("created_at"))
         .annotate(decisions=Count("pk"))
-        .values_list("user__username", "approve", "decisions")
+        .values_list("day", "user_id", "approve", "decisions")
+    )
+    for day, user_id, approve, decisions in rows:
+        counted[_as_date(day)].decisions[user_id, approve] += decisions
+
+
+def insights_days_counted(*, days: Iterable[date]) -> dict[date, DayFigures]:
+    """Each of ``days`` counted from its calls and approvals, as they are now."""
+    counted = {day: DayFigures() for day in days}
+    if counted:
+        _count_calls(counted, _on_days("created_at", counted))
+        _count_held(counted, _on_days("created_at", counted))
+        _count_expiries(counted, _on_days("decided_at", counted))
+        _count_decisions(counted, _on_days("created_at", counted))
+    return counted
+
+
+def insights_days_kept(*, first_day: date, last_day: date) -> dict[date, DayFigures]:
+    """The kept days from ``first_day`` to ``last_day``."""
+    rows = InsightsDay.objects.filter(day__gte=first_day, day__lte=last_day)
+    return {day: DayFigures.from_json(kept) for day, kept in rows.values_list("day", "figures")}
+
+
+def _nearest_rank(waits: Counter[int], part: int, whole: int) -> int:
+    """The smallest wait that at least ``part / whole`` of the decisions took."""
+    rank = (waits.total() * part + whole - 1) // whole
+    seen = 0
+    for seconds in sorted(waits):
+        seen += waits[seconds]
+        if seen >= rank:
+            return seconds
+    raise ValueError("no decisions")
+
+
+def _approvers(decisions: Counter[tuple[int, bool]]) -> tuple[ApproverCounts, ...]:
+    users = dict(
+        User.objects.filter(pk__in={user for user, _ in decisions}).values_list("pk", "username")
     )
     counted: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for username, approve, decisions in rows:
-        counted[username][0 if approve else 1] += decisions
+    for (user, approve), n in decisions.items():
+        counted[users[user]][0 if approve else 1] += n
     found = [ApproverCounts(name, given[0], given[1]) for name, given in counted.items()]
     return tuple(sorted(found, key=lambda a: (-a.total, a.username)))
 
 
 def _figures(period: Period) -> Figures:
+    """The kept days of the period, and the others counted now."""
+    days = insights_days_kept(first_day=period.first_day, last_day=period.last_day)
+    days.update(insights_days_counted(days=[day for day in period.dates if day not in days]))
+    holds: Counter[str] = Counter()
+    waits: defaultdict[str, Counter[int]] = defaultdict(Counter)
+    decisions: Counter[tuple[int, bool]] = Counter()
+    for figures in days.values():
+        holds.update(figures.holds)
+        for gate, waited in figures.waits.items():
+            waits[gate].update(waited)
+        decisions.update(figures.decisions)
+    times = []
+    for gate in sorted(waits):
+        p50, p90 = (_nearest_rank(waits[gate], *share) for share in PERCENTILES.values())
+        times.append(GateTimes(gate, waits[gate].total(), p50, p90))
     return Figures(
         period=period,
-        calls_per_day=calls_per_day(period=period),
-        holds_by_rule=holds_by_rule(period=period),
-        decision_times=decision_times(period=period),
-        expiries_per_day=expiries_per_day(period=period),
-        approvers=decisions_per_approver(period=period),
+        calls_per_day=tuple(
+            DayCounts(day, tuple(days[day].calls[status] for status in VERDICTS))
+            for day in period.dates
+        ),
+        holds_by_rule=tuple(sorted(holds.items(), key=lambda item: (-item[1], item[0]))),
+        decision_times=tuple(times),
+        expiries_per_day=tuple((day, days[day].expiries) for day in period.dates),
+        approvers=_approvers(decisions),
     )
 
 

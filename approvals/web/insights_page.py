@@ -1,6 +1,7 @@
-"""The insights page, ``/insights/`` (docs/ui.md, "Insights"): a thin view over
-``selectors.insights``, and each chart's numbers as data for ``static/js/insights.js``, which
-draws them; the tables beside the charts show the same numbers."""
+"""The insights page, ``/insights/`` (docs/ui.md, "Insights"): a thin view that keeps the
+period's settled days (``services.insights``) and reads ``selectors.insights``, and each
+chart's numbers as data for ``static/js/insights.js``, which draws them; the tables beside
+the charts show the same numbers."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from approvals.selectors.insights import (
     insights_period,
     ledgers_nearest,
 )
+from approvals.services.insights import insights_days_keep
 from approvals.templatetags.clock import duration_text
 from approvals.web.htmx import HtmxHttpRequest
 from approvals.web.querystring import (
@@ -168,7 +170,9 @@ def insights(request: HtmxHttpRequest) -> HttpResponse:
         days = _days(single_values(request.GET, (DAYS,)).get(DAYS))
     except BadQuery as bad:
         return query_refused(request, bad.problems)
-    figures = insights_figures(period=insights_period(days=days))
+    period = insights_period(days=days)
+    insights_days_keep(first_day=period.first_day)
+    figures = insights_figures(period=period)
     ledgers = ledgers_nearest()
     context = {
         "figures": figures,

@@ -1,4 +1,5 @@
-"""The management commands: create_agent, import_rules, export_rules, expire_calls."""
+"""The management commands: create_agent, import_rules, export_rules, expire_calls,
+rebuild_insights."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from approvals.management.commands.import_rules import NOTHING_CHANGED, REPLACE_REFUSED
-from approvals.models import Agent, AgentToken, AuditEntry, Call, CapRule
+from approvals.models import Agent, AgentToken, AuditEntry, Call, CapRule, InsightsDay
+from approvals.selectors.insights import PERIODS, insights_days_counted, insights_days_kept
 from approvals.services.agents import agent_authenticate, agent_token_revoke
+from approvals.services.insights import insights_days_keep
 from approvals.services.rules import GATE_CREATED, cap_rule_save
 from tests.factories import agent_make, call_make, gate_make, payment, rule_make
 
@@ -329,3 +332,27 @@ def test_expire_calls_expires_only_calls_past_their_deadline() -> None:
     assert due.status == "expired"
     assert waiting.status == "pending"
     assert run("expire_calls")[0] == "expired 0 calls\n"
+
+
+# --- rebuild_insights -------------------------------------------------------------------------
+
+
+def test_rebuild_insights_counts_the_kept_days_again_from_the_calls() -> None:
+    """A history written with past times after its days were kept (as a test or an import
+    does) shows once the kept days are counted again; rows older than the longest period go."""
+    today = timezone.now().date()
+    day = today - timedelta(days=5)
+    agent = agent_make()
+    call_make(agent=agent, now=timezone.now() - timedelta(days=5))
+    insights_days_keep(first_day=today - timedelta(days=max(PERIODS) - 1))
+    call_make(agent=agent, now=timezone.now() - timedelta(days=5))
+    InsightsDay.objects.create(day=today - timedelta(days=200), figures={})
+    assert insights_days_kept(first_day=day, last_day=day)[day].calls.total() == 1
+
+    out, _ = run("rebuild_insights")
+
+    assert insights_days_kept(first_day=day, last_day=day)[day].calls.total() == 2
+    counted = insights_days_counted(days=[day])
+    assert insights_days_kept(first_day=day, last_day=day) == counted
+    assert not InsightsDay.objects.filter(day__lt=today - timedelta(days=max(PERIODS))).exists()
+    assert last_line(out) == f"kept {InsightsDay.objects.count()} days"

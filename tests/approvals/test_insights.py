@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from approvals.models import Approval, Call, LedgerEntry, LedgerReservation
+from approvals.models import Approval, Call, InsightsDay, LedgerEntry, LedgerReservation
 from approvals.selectors.caps import held_by
 from approvals.services.decisions import call_decide
 from approvals.services.lifecycle import calls_expire_due
@@ -192,6 +192,8 @@ def _seconds_text(seconds: int) -> str:
 def test_every_table_matches_the_database(history: History, days: int) -> None:
     shown = page(viewer(), f"?days={days}")
     start = _start(history.now, days)
+    # The settled days were kept by that load and read back; today was counted afresh.
+    assert InsightsDay.objects.filter(day__gte=start.date()).exists()
     calls = list(Call.objects.filter(created_at__gte=start))
 
     per_day = Counter((c.created_at.astimezone(UTC).date(), c.status) for c in calls)
