@@ -475,8 +475,10 @@ def call_decide(
     ``arguments``: the approver's edit of the call's arguments (an approval only). Absent
     or byte-identical to the call's current arguments, it is an ordinary approval;
     otherwise see ``_edit_and_approve``."""
+    # At most one call: the one found, whatever form of its key the caller gave.
+    locked = _calls_lock_deciding(call_ids=[call_id], user=user)
     decided = _decide(
-        deciding=_calls_lock_deciding(call_ids=[call_id], user=user).get(call_id),
+        deciding=next(iter(locked.values()), None),
         user=user,
         approve=approve,
         comment=comment,
