@@ -23,7 +23,7 @@ from webauthn.helpers.structs import AuthenticationCredential, AuthenticatorAsse
 
 from approvals.errors import NotFound
 from approvals.models import AuditEntry, Call
-from approvals.selectors.audit import audit_entry_intact
+from approvals.selectors.audit import DECISION_ACTIONS, audit_entry_intact, decision_passkey_kept
 from identity.discovery import sso_ready
 from identity.models import Passkey
 from identity.passkeys import (
@@ -87,11 +87,6 @@ def passkey_claimed_username(*, credential: str) -> str | None:
 
 # --- Decisions' assertions, verified again (docs/identity.md, "Re-verifying a decision") -----
 
-DECISIONS = (
-    AuditEntry.Action.CALL_APPROVED,
-    AuditEntry.Action.CALL_PENDING,
-    AuditEntry.Action.CALL_DENIED,
-)
 EVIDENCE_FIELDS = ("credential_id", "nonce", "authenticator_data", "client_data_json", "signature")
 # Why an assertion does not verify again; fixed words, never any of the entry's text.
 ENTRY_ALTERED = "the entry was altered: its hash does not match its content or the next link"
@@ -121,18 +116,8 @@ class AssertionCheck:
 
 
 def _evidence(entry: AuditEntry) -> dict[str, object] | None:
-    """The ``passkey`` object of a decision entry's ``{"comment": …, "passkey": …}``; None
-    for an entry that claims no passkey (a plain comment)."""
-    if entry.action not in DECISIONS or entry.object_type != AuditEntry.ObjectType.CALL:
-        return None
-    try:
-        kept = json.loads(entry.after)
-    except ValueError:
-        return None
-    if not isinstance(kept, dict) or "passkey" not in kept:
-        return None
-    evidence = kept["passkey"]
-    return evidence if isinstance(evidence, dict) else {}
+    kept = decision_passkey_kept(entry=entry)
+    return None if kept is None else kept.evidence
 
 
 def _digest_from_history(entry: AuditEntry, call_id: uuid.UUID) -> str | None:
@@ -256,7 +241,7 @@ def passkey_decisions_verify(
         return
     entries = AuditEntry.objects.filter(
         object_type=AuditEntry.ObjectType.CALL,
-        action__in=DECISIONS,
+        action__in=DECISION_ACTIONS,
         # A first sieve in the database; the entry's JSON is read for the rest.
         after__contains='"passkey"',
     )

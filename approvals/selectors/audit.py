@@ -7,6 +7,7 @@ Every read here is bounded: a page is at most ``AUDIT_PAGE_MOST`` entries, and t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -166,3 +167,37 @@ def audit_entry_intact(*, entry: AuditEntry) -> bool:
         AuditEntry.objects.filter(seq=entry.seq + 1).values_list("prev_hash", flat=True).first()
     )
     return following == entry.hash
+
+
+# A person's decision on a call, as its audit entry names it; made with a passkey, the entry
+# keeps ``{"comment": …, "passkey": …}`` (services/decisions.py).
+DECISION_ACTIONS = (
+    AuditEntry.Action.CALL_APPROVED,
+    AuditEntry.Action.CALL_PENDING,
+    AuditEntry.Action.CALL_DENIED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptPasskey:
+    """A decision entry's comment and the assertion it keeps (empty when not an object)."""
+
+    comment: str
+    evidence: dict[str, object]
+
+
+def decision_passkey_kept(*, entry: AuditEntry) -> KeptPasskey | None:
+    """What a decision entry made with a passkey keeps; None for any other entry."""
+    if entry.action not in DECISION_ACTIONS or entry.object_type != AuditEntry.ObjectType.CALL:
+        return None
+    try:
+        kept = json.loads(entry.after)
+    except ValueError:
+        return None
+    if not isinstance(kept, dict) or "passkey" not in kept:
+        return None
+    evidence = kept["passkey"]
+    return KeptPasskey(
+        comment=str(kept.get("comment", "")),
+        evidence=evidence if isinstance(evidence, dict) else {},
+    )

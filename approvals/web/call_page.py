@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,6 +13,7 @@ import capcore
 from approvals import jsontext
 from approvals.models import Approval, AuditEntry, Call, Gate
 from approvals.realtime.presence import Waiting, presence_of
+from approvals.selectors.audit import decision_passkey_kept
 from approvals.selectors.calls import call_findings
 from approvals.selectors.caps import CapLine, call_amounts, cap_assessments, cap_line
 from approvals.selectors.deciders import decidable_call_ids, required_approvals
@@ -55,21 +55,11 @@ class TrailLine:
     passkey: bool
 
 
-DECISIONS = (
-    AuditEntry.Action.CALL_APPROVED,
-    AuditEntry.Action.CALL_DENIED,
-    AuditEntry.Action.CALL_PENDING,
-)
-
-
 def _trail_line(entry: AuditEntry) -> TrailLine:
-    if entry.action in DECISIONS and entry.user_id is not None and entry.after.startswith("{"):
-        try:
-            kept = json.loads(entry.after)
-        except ValueError:
-            kept = None
-        if isinstance(kept, dict) and "passkey" in kept:
-            return TrailLine(entry, str(kept.get("comment", "")), passkey=True)
+    if entry.user_id is not None and entry.after.startswith("{"):
+        kept = decision_passkey_kept(entry=entry)
+        if kept is not None:
+            return TrailLine(entry, kept.comment, passkey=True)
     return TrailLine(entry, entry.after, passkey=False)
 
 
